@@ -1,0 +1,47 @@
+"""Packaging for tf_lso.
+
+TensorFlow is not a hard requirement, so that an environment that already has
+`tensorflow` or `tensorflow-cpu` keeps it: pick one with an extra
+(`tf_lso[tensorflow]` or `tf_lso[cpu]`) or install TensorFlow yourself.
+Importing tf_lso without TensorFlow 2.16+ raises an ImportError saying what to
+install.
+"""
+
+import pathlib
+import re
+
+import setuptools
+
+_HERE = pathlib.Path(__file__).parent
+
+
+def _version():
+    text = (_HERE / "tf_lso" / "__init__.py").read_text()
+    return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
+
+
+setuptools.setup(
+    name="tf_lso",
+    version=_version(),
+    description=(
+        "TensorFlow's legacy mixed-precision loss scaling API "
+        "(LossScaleOptimizer, LossScale classes) on TensorFlow 2.16+ and "
+        "Keras 3."
+    ),
+    long_description=(_HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    packages=setuptools.find_packages(include=["tf_lso", "tf_lso.*"]),
+    python_requires=">=3.9",
+    install_requires=[],
+    extras_require={
+        "tensorflow": ["tensorflow>=2.16,<2.22"],
+        "cpu": ["tensorflow-cpu>=2.16,<2.22"],
+        "test": [
+            "absl-py",
+            "hypothesis",
+            "pytest",
+            "tf-keras>=2.16,<2.22",
+        ],
+    },
+    license="Apache-2.0",
+)

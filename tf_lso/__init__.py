@@ -1,0 +1,11 @@
+"""tf_lso: TensorFlow's legacy mixed-precision loss scaling API, on Keras 3."""
+
+from tf_lso import experimental
+from tf_lso._src.loss_scale_optimizer import LossScaleOptimizer
+
+__version__ = "0.1.0.dev0"
+
+__all__ = (
+    "LossScaleOptimizer",
+    "experimental",
+)

@@ -1,0 +1,84 @@
+"""Version checks and the few private TensorFlow/Keras hooks tf_lso needs.
+
+Every use of a private TensorFlow, Keras or tf_keras API in tf_lso lives in
+this file, one function per hook, each with a comment naming the versions it
+was written against. `tests/compat_test.py` fails when a new release moves one
+of them.
+"""
+
+import sys
+
+MIN_TENSORFLOW = (2, 16)
+MIN_KERAS = (3, 0)
+
+_INSTALL_HINT = (
+    "Install TensorFlow 2.16 or newer with `pip install 'tensorflow>=2.16'` "
+    "(or `pip install 'tensorflow-cpu>=2.16'`), or install tf_lso with its "
+    "extra: `pip install 'tf_lso[tensorflow]'`."
+)
+
+
+def _version_tuple(version):
+    parts = []
+    for piece in version.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def require_tensorflow():
+    """Raises an ImportError naming what to install if TF/Keras are unusable."""
+    try:
+        import tensorflow as tf
+    except ImportError as e:
+        raise ImportError(
+            f"tf_lso requires TensorFlow, which could not be imported ({e}). "
+            + _INSTALL_HINT
+        ) from e
+    if _version_tuple(tf.__version__) < MIN_TENSORFLOW:
+        raise ImportError(
+            f"tf_lso requires TensorFlow >= 2.16, but found TensorFlow "
+            f"{tf.__version__}. " + _INSTALL_HINT
+        )
+    try:
+        import keras
+    except ImportError as e:
+        raise ImportError(
+            f"tf_lso requires Keras 3, which could not be imported ({e}). "
+            "Install it with `pip install 'keras>=3'`."
+        ) from e
+    if _version_tuple(keras.__version__) < MIN_KERAS:
+        raise ImportError(
+            f"tf_lso requires Keras 3, but found Keras {keras.__version__}. "
+            "Install it with `pip install 'keras>=3'`."
+        )
+
+
+def tf_keras_module():
+    """Returns the `tf_keras` module if it is already imported, else None.
+
+    tf_keras is optional. An object can only be a tf_keras optimizer if the
+    user imported tf_keras, so tf_lso never imports it itself.
+    """
+    return sys.modules.get("tf_keras")
+
+
+def legacy_create_all_weights(optimizer, var_list):
+    """Creates all slots and hyperparameters of a tf_keras legacy optimizer.
+
+    Private hook: `tf_keras.optimizers.legacy.Optimizer._create_all_weights`
+    (tf_keras 2.16 to 2.21; the same method existed on TF 2.3-2.15's
+    OptimizerV2). Variables must exist before the inner `apply_gradients` is
+    called inside a `tf.cond`, which cannot create variables.
+    """
+    optimizer._create_all_weights(var_list)
+
+
+def tf_dynamic_loss_scale_counter(loss_scale):
+    """The good-steps counter of TF's deprecated `DynamicLossScale`.
+
+    Private hook: `_num_good_steps` of
+    `tf.compat.v1.mixed_precision.DynamicLossScale` (TF 2.0 to 2.21); TF has
+    no public accessor for it.
+    """
+    return loss_scale._num_good_steps

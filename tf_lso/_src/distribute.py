@@ -1,0 +1,94 @@
+"""Which `tf.distribute` strategies loss scaling supports, and the skip cond."""
+
+import tensorflow as tf
+
+_SUPPORTED_STRATEGIES = (
+    tf.distribute.MirroredStrategy,
+    tf.distribute.OneDeviceStrategy,
+    tf.distribute.MultiWorkerMirroredStrategy,
+    tf.distribute.experimental.MultiWorkerMirroredStrategy,
+    tf.compat.v1.distribute.MirroredStrategy,
+    tf.compat.v1.distribute.OneDeviceStrategy,
+    tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy,
+)
+_TPU_STRATEGIES = (
+    tf.distribute.TPUStrategy,
+    tf.distribute.experimental.TPUStrategy,
+    tf.compat.v1.distribute.experimental.TPUStrategy,
+)
+
+
+def check_strategy_supported():
+    """Raises ValueError if the current strategy cannot do loss scaling.
+
+    Loss scaling needs one variable copy per compute replica, so that each
+    replica's gradients are unscaled once: true for the default strategy,
+    `OneDeviceStrategy`, `MirroredStrategy` and `MultiWorkerMirroredStrategy`.
+    """
+    if not tf.distribute.has_strategy():
+        return
+    strategy = tf.distribute.get_strategy()
+    if isinstance(strategy, _SUPPORTED_STRATEGIES):
+        return
+    if isinstance(strategy, _TPU_STRATEGIES):
+        raise ValueError(
+            "Loss scaling is not supported with TPUStrategy. Loss scaling is "
+            "unnecessary with TPUs, since they support bfloat16 instead of "
+            "float16 and bfloat16 does not require loss scaling. You should "
+            "remove the use of the LossScaleOptimizer when TPUs are used."
+        )
+    raise ValueError(
+        "Loss scaling is not supported with the tf.distribute.Strategy: "
+        f"{type(strategy).__name__}. Try using a different Strategy, e.g. a "
+        "MirroredStrategy or a MultiWorkerMirroredStrategy."
+    )
+
+
+def check_replica_context(method_name):
+    """Raises ValueError when called in a cross-replica context."""
+    if tf.distribute.in_cross_replica_context():
+        raise ValueError(
+            f"{method_name}() must be called in a replica context. Call it "
+            "inside the function you pass to `strategy.run`."
+        )
+
+
+def cond_on_all_replicas(pred, true_fn, false_fn, args):
+    """Runs `true_fn(*args)` on every replica if `pred`, else `false_fn()`.
+
+    `pred` must have the same value on every replica (`gradients.all_finite`
+    guarantees that), so every replica issues the same collectives. A Python
+    bool needs no cond at all.
+
+    Under a strategy, the cond is built in a cross-replica context (via
+    `merge_call`), because a branch that calls `merge_call` itself (as an
+    optimizer's `apply_gradients` does) is not allowed inside a cond in a
+    replica context. `false_fn` then runs once, in the cross-replica context.
+    """
+    if isinstance(pred, bool):
+        if pred:
+            true_fn(*args)
+        else:
+            false_fn()
+        return
+    if not tf.distribute.has_strategy():
+        tf.cond(pred, lambda: _none(true_fn(*args)), lambda: _none(false_fn()))
+        return
+
+    def merge_fn(strategy, pred, *args):
+        pred = strategy.experimental_local_results(pred)[0]
+        tf.cond(
+            pred,
+            lambda: _none(
+                strategy.extended.call_for_each_replica(true_fn, args=args)
+            ),
+            lambda: _none(false_fn()),
+        )
+
+    tf.distribute.get_replica_context().merge_call(
+        merge_fn, args=(pred,) + tuple(args)
+    )
+
+
+def _none(_):
+    return None

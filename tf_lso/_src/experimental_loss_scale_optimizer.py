@@ -1,0 +1,143 @@
+"""`tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)`.
+
+The `tf.keras.mixed_precision.experimental.LossScaleOptimizer` of TF 2.1-2.8:
+a subclass of `tf_lso.LossScaleOptimizer` that takes a loss scale (or an
+identifier for one) instead of the TF 2.4 arguments.
+"""
+
+import numbers
+
+import keras
+
+from tf_lso._src import distribute
+from tf_lso._src import inner_optimizer as inner_lib
+from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import loss_scale_optimizer as lso_lib
+from tf_lso._src import serialization
+
+
+def _to_loss_scale(loss_scale):
+    """The LossScale an experimental optimizer uses for `loss_scale`."""
+    if isinstance(loss_scale, dict):
+        loss_scale = serialization.deserialize(loss_scale)
+    if isinstance(loss_scale, str) and loss_scale == "dynamic":
+        return loss_scale_lib.DynamicLossScale()
+    if isinstance(loss_scale, numbers.Real) and not isinstance(
+        loss_scale, bool
+    ):
+        value = lso_lib._positive_scale(loss_scale, "loss_scale")
+        return loss_scale_lib.FixedLossScale._unchecked(value)
+    if serialization.is_tensorflow_loss_scale(loss_scale):
+        loss_scale = serialization.from_tensorflow_loss_scale(loss_scale)
+    if isinstance(loss_scale, loss_scale_lib.LossScale):
+        if (
+            isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
+            and loss_scale.multiplier != 2
+        ):
+            raise ValueError(
+                'When passing a DynamicLossScale to "loss_scale", '
+                f"DynamicLossScale.multiplier must be 2. Got: {loss_scale!r}."
+                " Write a LossScale subclass for another growth rule."
+            )
+        return loss_scale
+    raise ValueError(
+        "Invalid value passed to loss_scale. loss_scale must be the string "
+        '"dynamic" (recommended), an int, a float, a FixedLossScale, or a '
+        f"DynamicLossScale. Got value: {loss_scale!r}."
+    )
+
+
+@keras.saving.register_keras_serializable(package="tf_lso")
+class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
+    """The TF 2.1-2.3 experimental loss scale optimizer.
+
+    Exported as `tf_lso.experimental.LossScaleOptimizer`. It behaves like
+    `tf_lso.LossScaleOptimizer` (of which it is a subclass), except that it
+    takes a loss scale and that `loss_scale` is that `LossScale` object: call
+    it (`opt.loss_scale()`) as TF 2.1-2.3 code does, or use it as a tensor as
+    TF 2.4 code does.
+
+    A `DynamicLossScale` that is passed in is used, not copied: its variables
+    are the optimizer's loss scale state.
+
+    Args:
+        optimizer: The optimizer to wrap (see `tf_lso.LossScaleOptimizer`).
+        loss_scale: `'dynamic'`, a positive int or float (a fixed scale), a
+            `FixedLossScale`, a `DynamicLossScale` with multiplier 2, any
+            other `LossScale` subclass instance, a dict from `serialize`, or
+            one of TensorFlow's deprecated `tf.compat.v1.mixed_precision` loss
+            scales (converted).
+
+    Raises:
+        TypeError: If `optimizer` is not a supported optimizer.
+        ValueError: If `loss_scale` is None, an unknown string, not positive,
+            or a `DynamicLossScale` whose multiplier is not 2.
+
+    >>> opt = tf_lso.experimental.LossScaleOptimizer(
+    ...     tf.keras.optimizers.SGD(1.0), loss_scale="dynamic")
+    >>> opt.loss_scale
+    DynamicLossScale(current_loss_scale=32768.0, num_good_steps=0, initial_loss_scale=32768.0, increment_period=2000, multiplier=2.0)
+    >>> float(opt.loss_scale())
+    32768.0
+    """
+
+    def __init__(self, optimizer, loss_scale):
+        adapter = inner_lib.adapter_for(optimizer, "optimizer")
+        distribute.check_strategy_supported()
+        self._init_wrapper(optimizer, adapter, _to_loss_scale(loss_scale))
+
+    @property
+    def loss_scale(self):
+        """The `LossScale` object; call it for the current scale tensor."""
+        return self._loss_scale
+
+    def get_config(self):
+        """Returns the TF 2.4 config, or TF 2.3's for a custom loss scale.
+
+        Returns:
+            The TF 2.4 four-key config when the loss scale is a
+            `FixedLossScale` or a `DynamicLossScale`; otherwise
+            `{'optimizer', 'loss_scale'}` as TF 2.1-2.3 wrote it.
+        """
+        if self._loss_scale._optimizer_settings() is None:
+            return {
+                "optimizer": self._inner.serialize(self._optimizer),
+                "loss_scale": serialization.serialize(self._loss_scale),
+            }
+        return super().get_config()
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """Creates an optimizer from a TF 2.4 or TF <= 2.3 config.
+
+        Args:
+            config: The output of `get_config()`.
+            custom_objects: Optional dict of custom classes, for the inner
+                optimizer and (TF <= 2.3 format) the loss scale.
+
+        Returns:
+            A new optimizer.
+        """
+        config = dict(config)
+        if "loss_scale" in config:
+            loss_scale = serialization.deserialize(
+                config["loss_scale"], custom_objects
+            )
+            if getattr(loss_scale, "multiplier", 2) != 2:
+                raise ValueError(
+                    "Cannot deserialize LossScaleOptimizer with a "
+                    "DynamicLossScale whose multiplier is not 2. Got "
+                    f"DynamicLossScale: {loss_scale!r}."
+                )
+            inner_config = config["optimizer"]
+        else:
+            if config.get("dynamic", True):
+                loss_scale = loss_scale_lib.DynamicLossScale(
+                    config.get("initial_scale") or 2.0**15,
+                    config.get("dynamic_growth_steps") or 2000,
+                )
+            else:
+                loss_scale = config.get("initial_scale")
+            inner_config = config["inner_optimizer"]
+        optimizer = inner_lib.deserialize(inner_config, custom_objects)
+        return cls(optimizer, loss_scale)

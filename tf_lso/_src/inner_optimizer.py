@@ -1,0 +1,153 @@
+"""What tf_lso needs from the optimizers it wraps, for each kind of optimizer.
+
+Three kinds are supported: Keras 3 optimizers (`tf.keras.optimizers.*` on
+TF >= 2.16), tf_keras optimizers (`tf_keras.optimizers.*`) and tf_keras
+legacy optimizers (`tf_keras.optimizers.legacy.*`, the OptimizerV2 of
+TF 2.x). tf_keras is optional and never imported here unless a config asks
+for it.
+"""
+
+import importlib
+
+import keras
+
+from tf_lso._src import compat
+
+
+class _KerasInner:
+    """A Keras 3 optimizer."""
+
+    has_slots = False
+
+    def build(self, optimizer, var_list):
+        if not optimizer.built:
+            with keras.name_scope(optimizer.name, caller=optimizer):
+                optimizer.build(var_list)
+
+    def apply(self, optimizer, grads_and_vars, name, aggregate):
+        del name  # Keras 3 optimizers take no name.
+        del aggregate  # Keras 3 optimizers always sum across replicas.
+        optimizer.apply_gradients(grads_and_vars)
+
+    def serialize(self, optimizer):
+        return keras.optimizers.serialize(optimizer)
+
+    def variables(self, optimizer):
+        return list(optimizer.variables)
+
+    def set_iterations(self, optimizer, value):
+        optimizer.iterations.assign(value)
+
+    def increment_iterations(self, optimizer):
+        optimizer.iterations.assign_add(1)
+
+
+class _TfKerasInner(_KerasInner):
+    """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
+
+    def build(self, optimizer, var_list):
+        optimizer.build(var_list)  # A no-op once built.
+
+    def apply(self, optimizer, grads_and_vars, name, aggregate):
+        optimizer.apply_gradients(
+            grads_and_vars, name=name, skip_gradients_aggregation=not aggregate
+        )
+
+    def serialize(self, optimizer):
+        return compat.tf_keras_module().optimizers.serialize(optimizer)
+
+
+class _TfKerasLegacyInner(_TfKerasInner):
+    """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
+
+    has_slots = True
+
+    def build(self, optimizer, var_list):
+        compat.legacy_create_all_weights(optimizer, var_list)
+
+    def apply(self, optimizer, grads_and_vars, name, aggregate):
+        optimizer.apply_gradients(
+            grads_and_vars,
+            name=name,
+            experimental_aggregate_gradients=aggregate,
+        )
+
+    def variables(self, optimizer):
+        return list(optimizer.variables())
+
+    def set_iterations(self, optimizer, value):
+        optimizer.iterations = value
+
+
+def _is_loss_scale_optimizer(optimizer):
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return True
+    tf_keras = compat.tf_keras_module()
+    return tf_keras is not None and isinstance(
+        optimizer, tf_keras.mixed_precision.LossScaleOptimizer
+    )
+
+
+def adapter_for(optimizer, argument_name):
+    """Returns the adapter for `optimizer`, or raises a TypeError.
+
+    Args:
+        optimizer: The optimizer to wrap.
+        argument_name: The constructor argument it came from, for messages.
+
+    Raises:
+        TypeError: If `optimizer` is a loss scale optimizer, or not an
+            optimizer of a supported kind.
+    """
+    if _is_loss_scale_optimizer(optimizer):
+        raise TypeError(
+            "LossScaleOptimizer cannot wrap another LossScaleOptimizer, but "
+            f"got: {optimizer!r}. Wrap its inner optimizer instead (e.g. "
+            f"`{argument_name}=opt.inner_optimizer`)."
+        )
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        return _KerasInner()
+    tf_keras = compat.tf_keras_module()
+    if tf_keras is not None:
+        if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
+            return _TfKerasLegacyInner()
+        if isinstance(optimizer, tf_keras.optimizers.Optimizer):
+            return _TfKerasInner()
+    raise TypeError(
+        f'"{argument_name}" must be an instance of '
+        "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer), or of a "
+        "tf_keras optimizer (`tf_keras.optimizers.Optimizer` or "
+        "`tf_keras.optimizers.legacy.Optimizer`), but got: "
+        f"{optimizer!r} of type {type(optimizer).__name__}."
+    )
+
+
+def _is_tf_keras_config(config):
+    inner_config = config.get("config", {})
+    return config.get("module") == "keras.optimizers.legacy" or (
+        isinstance(inner_config, dict) and "is_legacy_optimizer" in inner_config
+    )
+
+
+def deserialize(config, custom_objects=None):
+    """Creates an optimizer from a serialized inner optimizer.
+
+    Configs written by tf_keras (`module: keras.optimizers.legacy`, or an
+    `is_legacy_optimizer` entry) are rebuilt with tf_keras; everything else,
+    including TF 2.x configs without a module, with Keras 3.
+
+    Args:
+        config: A serialized optimizer dict, or an optimizer instance.
+        custom_objects: Optional dict of custom classes.
+
+    Returns:
+        An optimizer.
+    """
+    if not isinstance(config, dict):
+        return config
+    if _is_tf_keras_config(config):
+        tf_keras = importlib.import_module("tf_keras")
+        return tf_keras.optimizers.deserialize(
+            config, custom_objects=custom_objects
+        )
+    return keras.optimizers.deserialize(config, custom_objects=custom_objects)

@@ -1,0 +1,398 @@
+"""`LossScale`, `FixedLossScale` and `DynamicLossScale`.
+
+The loss scale classes of TF 2.1-2.8 (`tf.mixed_precision.experimental` and
+`tf.train.experimental`), rebuilt on `tf.Module`. Both concrete classes share
+one interface, `__call__()` and `update(grads)`, so the optimizer never needs
+to know which one it holds.
+"""
+
+import abc
+import numbers
+import operator
+
+import numpy as np
+import tensorflow as tf
+
+from tf_lso._src import gradients as gradients_lib
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class LossScale(tf.Module, metaclass=abc.ABCMeta):
+    """Base class for loss scales.
+
+    A loss scale holds the factor that the loss is multiplied by before
+    gradients are computed, and decides after each step how that factor
+    changes. Subclasses implement `__call__`, `update` and `get_config`.
+
+    A loss scale can also be used where TF 2.4 code used the loss scale
+    tensor: `tf.convert_to_tensor(loss_scale)`, `float(loss_scale)`,
+    `loss_scale.numpy()`, arithmetic such as `loss_scale * 2`,
+    `tf.summary.scalar` and string formatting all read its current value.
+
+    >>> loss_scale = tf_lso.experimental.FixedLossScale(128)
+    >>> float(loss_scale)
+    128.0
+    >>> float(loss_scale / 2)
+    64.0
+    """
+
+    dtype = tf.float32
+    shape = tf.TensorShape([])
+
+    @abc.abstractmethod
+    def __call__(self):
+        """Returns the current loss scale as a float32 scalar tensor."""
+
+    @abc.abstractmethod
+    def update(self, grads):
+        """Updates the loss scale from this step's unscaled gradients.
+
+        Args:
+            grads: A nested structure of gradients (tensors, `IndexedSlices`
+                or `None`, which is ignored). They must already be unscaled.
+
+        Returns:
+            A pair `(update_op, should_apply_gradients)`. `update_op` is `None`
+            in eager mode and an op otherwise; `should_apply_gradients` is a
+            bool (a Python bool when it is known without looking at `grads`,
+            else a bool scalar tensor) saying whether the step may be applied.
+        """
+
+    @abc.abstractmethod
+    def get_config(self):
+        """Returns the constructor arguments of this loss scale as a dict."""
+
+    @classmethod
+    def from_config(cls, config):
+        """Creates a loss scale from the output of `get_config()`.
+
+        Args:
+            config: A dict of constructor arguments.
+
+        Returns:
+            A new loss scale of this class.
+        """
+        return cls(**config)
+
+    def _optimizer_settings(self):
+        """What an optimizer reports about this loss scale.
+
+        Returns a tuple `(dynamic, initial_scale, growth_steps, counter)` for
+        the optimizer properties of the same names, or None when this loss
+        scale cannot be described with the TF 2.4 optimizer arguments.
+        """
+        return None
+
+    def numpy(self):
+        """Returns the current loss scale as a NumPy float32 scalar."""
+        return self().numpy()
+
+    def __float__(self):
+        return float(self())
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self().numpy(), dtype=dtype)
+
+    def __format__(self, format_spec):
+        if not format_spec:
+            return str(self)
+        return format(float(self), format_spec)
+
+    def __neg__(self):
+        return -self()
+
+    def __abs__(self):
+        return abs(self())
+
+
+def _tensor_method(op, reflected=False):
+    def method(self, other):
+        if reflected:
+            return op(other, self())
+        return op(self(), other)
+
+    return method
+
+
+for _name, _op in [
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("pow", operator.pow),
+]:
+    setattr(LossScale, f"__{_name}__", _tensor_method(_op))
+    setattr(LossScale, f"__r{_name}__", _tensor_method(_op, reflected=True))
+for _name in ("lt", "le", "gt", "ge"):
+    setattr(LossScale, f"__{_name}__", _tensor_method(getattr(operator, _name)))
+
+
+def _convert_loss_scale(value, dtype=None, name=None, as_ref=False):
+    del as_ref  # A loss scale converts to a read of its value.
+    return tf.convert_to_tensor(value(), dtype=dtype, name=name)
+
+
+tf.register_tensor_conversion_function(LossScale, _convert_loss_scale)
+
+
+class FixedLossScale(LossScale):
+    """A loss scale that never changes.
+
+    Args:
+        loss_scale_value: A Python int or float, at least 1. Gradients are
+            never checked for finiteness: a non-finite step is applied.
+
+    Raises:
+        ValueError: If `loss_scale_value` is not a Python int or float, or is
+            below 1 (the exception type TF used for both).
+
+    >>> loss_scale = tf_lso.experimental.FixedLossScale(1024)
+    >>> loss_scale
+    FixedLossScale(1024.0)
+    >>> float(loss_scale())
+    1024.0
+    >>> loss_scale.update([tf.constant(float("nan"))])
+    (None, True)
+    """
+
+    def __init__(self, loss_scale_value):
+        if not isinstance(loss_scale_value, (int, float)):
+            raise ValueError(
+                "`loss_scale_value` must be a Python int or float. Received: "
+                f"loss_scale_value={loss_scale_value!r} of type "
+                f"{type(loss_scale_value).__name__}. Convert it with float()."
+            )
+        if loss_scale_value < 1:
+            raise ValueError(
+                "`loss_scale_value` must be at least 1. Received: "
+                f"loss_scale_value={loss_scale_value!r}. For a scale below 1 "
+                "use tf_lso.LossScaleOptimizer(opt, dynamic=False, "
+                "initial_scale=...)."
+            )
+        super().__init__()
+        self._loss_scale_value = float(loss_scale_value)
+
+    @classmethod
+    def _unchecked(cls, value):
+        """A fixed scale of any positive value (TF 2.4 optimizers allow < 1)."""
+        instance = cls.__new__(cls)
+        LossScale.__init__(instance)
+        instance._loss_scale_value = float(value)
+        return instance
+
+    def __call__(self):
+        return tf.constant(self._loss_scale_value, dtype=tf.float32)
+
+    def update(self, grads):
+        """Does nothing: a fixed loss scale applies every step.
+
+        Args:
+            grads: Ignored.
+
+        Returns:
+            `(update_op, True)`: `update_op` is None in eager mode and a no-op
+            otherwise; `True` is a Python bool, so callers need no `tf.cond`.
+        """
+        del grads
+        return tf.no_op() if not tf.executing_eagerly() else None, True
+
+    def get_config(self):
+        return {"loss_scale_value": self._loss_scale_value}
+
+    def _optimizer_settings(self):
+        return False, self._loss_scale_value, None, None
+
+    def __repr__(self):
+        return f"FixedLossScale({self._loss_scale_value})"
+
+
+def _real_number(name, value):
+    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"`{name}` must be a number. Received: {name}={value!r} of type "
+            f"{type(value).__name__}."
+        )
+    return float(value)
+
+
+class DynamicLossScale(LossScale):
+    """A loss scale that grows while gradients stay finite and backs off.
+
+    After `increment_period` consecutive steps with finite gradients the scale
+    is multiplied by `multiplier` (only if the result is a finite float32, so
+    it saturates instead of overflowing). A step with a non-finite gradient is
+    skipped, the scale becomes `max(scale / multiplier, 1)` and the count of
+    good steps starts again from 0. Under a distribution strategy, a
+    non-finite gradient on any replica makes every replica skip.
+
+    The state lives in two variables, whose names are the checkpoint format of
+    TF's class: `current_loss_scale` (float32) and `good_steps` (int64).
+
+    Args:
+        initial_loss_scale: The starting loss scale, a positive number.
+        increment_period: How many consecutive finite steps double (multiply)
+            the scale, an integer of at least 1.
+        multiplier: The growth and back-off factor, a number of at least 1.
+
+    Raises:
+        TypeError: If an argument is not a number.
+        ValueError: If an argument is out of range.
+
+    >>> loss_scale = tf_lso.experimental.DynamicLossScale(
+    ...     initial_loss_scale=4, increment_period=2)
+    >>> for grad in [1.0, 1.0, float("inf"), 1.0]:
+    ...     _ = loss_scale.update([tf.constant(grad)])
+    ...     print(float(loss_scale()))
+    4.0
+    8.0
+    4.0
+    4.0
+    """
+
+    def __init__(
+        self, initial_loss_scale=2**15, increment_period=2000, multiplier=2.0
+    ):
+        super().__init__()
+        initial = _real_number("initial_loss_scale", initial_loss_scale)
+        if not 0 < initial < float("inf"):
+            raise ValueError(
+                "`initial_loss_scale` must be positive and finite. Received: "
+                f"initial_loss_scale={initial_loss_scale!r}."
+            )
+        period = _real_number("increment_period", increment_period)
+        if period < 1 or period != int(period):
+            raise ValueError(
+                "`increment_period` must be an integer of at least 1. "
+                f"Received: increment_period={increment_period!r}."
+            )
+        factor = _real_number("multiplier", multiplier)
+        if not 1 <= factor < float("inf"):
+            raise ValueError(
+                "`multiplier` must be a finite number of at least 1. "
+                f"Received: multiplier={multiplier!r}."
+            )
+        self._initial_loss_scale = initial
+        self._increment_period = int(period)
+        self._multiplier = factor
+        self.current_loss_scale = _state_variable(
+            initial, tf.float32, "current_loss_scale"
+        )
+        self.good_steps = _state_variable(0, tf.int64, "good_steps")
+
+    @property
+    def initial_loss_scale(self):
+        """The loss scale the variables started from (a Python float)."""
+        return self._initial_loss_scale
+
+    @property
+    def increment_period(self):
+        """Consecutive finite steps before the scale grows (a Python int)."""
+        return self._increment_period
+
+    @property
+    def multiplier(self):
+        """The growth and back-off factor (a Python float)."""
+        return self._multiplier
+
+    @property
+    def _current_loss_scale(self):
+        return self.current_loss_scale
+
+    @property
+    def _num_good_steps(self):
+        return self.good_steps
+
+    def __call__(self):
+        return tf.convert_to_tensor(self.current_loss_scale)
+
+    def update(self, grads):
+        """Advances or backs off the loss scale, see the class docstring.
+
+        Works in eager mode, inside `tf.function`, and under a distribution
+        strategy in either a replica or a cross-replica context.
+
+        Args:
+            grads: A nested structure of unscaled gradients; `None` entries are
+                ignored and an empty structure counts as finite.
+
+        Returns:
+            `(update_op, should_apply_gradients)`, where the second element is
+            a bool scalar tensor, True iff all gradients on all replicas are
+            finite.
+        """
+        is_finite = gradients_lib.all_finite(grads)
+        return self._update_state(is_finite), is_finite
+
+    def _update_state(self, is_finite):
+        """Assigns the next scale and counter; branch-free, so XLA-friendly."""
+        scale = tf.convert_to_tensor(self.current_loss_scale)
+        count = tf.convert_to_tensor(self.good_steps)
+        finite_scale, finite_count = self._update_if_finite(scale, count)
+        new_scale = tf.where(
+            is_finite, finite_scale, self._update_if_not_finite(scale)
+        )
+        new_count = tf.where(is_finite, finite_count, tf.zeros_like(count))
+        ops = [
+            self.current_loss_scale.assign(new_scale, read_value=False),
+            self.good_steps.assign(new_count, read_value=False),
+        ]
+        return None if tf.executing_eagerly() else tf.group(ops)
+
+    def _update_if_finite(self, scale, count):
+        should_grow = count + 1 >= self._increment_period
+        grown = scale * self._multiplier
+        grow = tf.logical_and(should_grow, tf.math.is_finite(grown))
+        new_scale = tf.where(grow, grown, scale)
+        new_count = tf.where(should_grow, tf.zeros_like(count), count + 1)
+        return new_scale, new_count
+
+    def _update_if_not_finite(self, scale):
+        return tf.maximum(scale / self._multiplier, 1.0)
+
+    def get_config(self):
+        return {
+            "initial_loss_scale": self._initial_loss_scale,
+            "increment_period": self._increment_period,
+            "multiplier": self._multiplier,
+        }
+
+    def _optimizer_settings(self):
+        if self._multiplier != 2:
+            return None
+        return (
+            True,
+            self._initial_loss_scale,
+            self._increment_period,
+            self.good_steps,
+        )
+
+    def __repr__(self):
+        config = (
+            f"initial_loss_scale={self._initial_loss_scale}, "
+            f"increment_period={self._increment_period}, "
+            f"multiplier={self._multiplier})"
+        )
+        if not tf.executing_eagerly():
+            return f"DynamicLossScale({config}"
+        return (
+            f"DynamicLossScale(current_loss_scale="
+            f"{self.current_loss_scale.numpy()}, num_good_steps="
+            f"{self.good_steps.numpy()}, {config}"
+        )
+
+
+def _state_variable(initial_value, dtype, name):
+    # Every replica computes the same new value (the finite check is reduced
+    # across replicas first), so the first replica's write is everyone's.
+    # That lets `update` assign in a replica context, which TF's NONE
+    # aggregation forbade.
+    return tf.Variable(
+        initial_value,
+        dtype=dtype,
+        name=name,
+        trainable=False,
+        synchronization=tf.VariableSynchronization.ON_WRITE,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+    )

@@ -1,0 +1,466 @@
+"""`tf_lso.LossScaleOptimizer`: TF 2.4's `tf.keras.mixed_precision.LossScaleOptimizer`."""
+
+import numbers
+
+import keras
+import tensorflow as tf
+
+from tf_lso._src import distribute
+from tf_lso._src import gradients as gradients_lib
+from tf_lso._src import inner_forwarding
+from tf_lso._src import inner_optimizer as inner_lib
+from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import serialization
+
+
+def _positive_scale(value, name):
+    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f'"{name}" must be a number, but got: {value!r} of type '
+            f"{type(value).__name__}."
+        )
+    if not 0 < float(value) < float("inf"):
+        raise ValueError(
+            f'"{name}" must be positive and finite, but got: {value!r}.'
+        )
+    return float(value)
+
+
+def _growth_steps(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            '"dynamic_growth_steps" must be an int, but got: '
+            f"{value!r} of type {type(value).__name__}."
+        )
+    if value < 1:
+        raise ValueError(
+            f'"dynamic_growth_steps" must be at least 1, but got: {value!r}.'
+        )
+    return int(value)
+
+
+@keras.saving.register_keras_serializable(package="tf_lso")
+class LossScaleOptimizer(
+    inner_forwarding.InnerOptimizerForwarding,
+    keras.optimizers.LossScaleOptimizer,
+):
+    """An optimizer that applies loss scaling to prevent numeric underflow.
+
+    The TF 2.4 `tf.keras.mixed_precision.LossScaleOptimizer`, on Keras 3.
+    Multiply the loss by the loss scale with `get_scaled_loss`, compute
+    gradients, divide them again with `get_unscaled_gradients`, and pass them
+    to `apply_gradients`. With a dynamic loss scale, a step whose gradients
+    contain an Inf or NaN is skipped (variables and slots are left as they
+    were, `iterations` still advances), and the scale is halved; after
+    `dynamic_growth_steps` finite steps in a row it is doubled.
+
+    It is an instance of Keras 3's `LossScaleOptimizer`, so `model.compile`
+    never wraps it a second time.
+
+    Args:
+        inner_optimizer: The optimizer to wrap: a Keras 3 optimizer, or a
+            tf_keras (legacy) optimizer in custom training loops.
+        dynamic: Whether the loss scale changes during training. Must be a
+            bool.
+        initial_scale: The starting loss scale. Defaults to 2**15 when
+            `dynamic` is True; required when it is False.
+        dynamic_growth_steps: Finite steps before the scale doubles. Defaults
+            to 2000; must be None when `dynamic` is False.
+
+    Raises:
+        TypeError: If `inner_optimizer` is not a supported optimizer or is a
+            loss scale optimizer, or if `dynamic` is not a bool.
+        ValueError: For invalid scale arguments or an unsupported
+            distribution strategy.
+
+    >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(1.0),
+    ...                                 initial_scale=8)
+    >>> var = tf.Variable(2.0)
+    >>> with tf.GradientTape() as tape:
+    ...     scaled_loss = opt.get_scaled_loss(var * 3.0)
+    >>> grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, [var]))
+    >>> _ = opt.apply_gradients(zip(grads, [var]))
+    >>> float(var), float(opt.loss_scale)
+    (-1.0, 8.0)
+    """
+
+    _HAS_AGGREGATE_GRAD = True
+
+    def __init__(
+        self,
+        inner_optimizer,
+        dynamic=True,
+        initial_scale=None,
+        dynamic_growth_steps=None,
+    ):
+        adapter = inner_lib.adapter_for(inner_optimizer, "inner_optimizer")
+        if not isinstance(dynamic, bool):
+            raise TypeError(
+                '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
+                f"bool, but got: {dynamic!r}. To pass a loss scale as the "
+                "second argument, use "
+                "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)."
+            )
+        distribute.check_strategy_supported()
+        if dynamic:
+            loss_scale = loss_scale_lib.DynamicLossScale(
+                _positive_scale(
+                    2.0**15 if initial_scale is None else initial_scale,
+                    "initial_scale",
+                ),
+                _growth_steps(
+                    2000 if dynamic_growth_steps is None
+                    else dynamic_growth_steps
+                ),
+                multiplier=2.0,
+            )
+        else:
+            if initial_scale is None:
+                raise ValueError(
+                    '"initial_scale" must be specified if "dynamic" is False.'
+                )
+            if dynamic_growth_steps is not None:
+                raise ValueError(
+                    '"dynamic_growth_steps" must be None if "dynamic" is '
+                    f"False, but got: {dynamic_growth_steps!r}. Pass it only "
+                    "with dynamic=True."
+                )
+            loss_scale = loss_scale_lib.FixedLossScale._unchecked(
+                _positive_scale(initial_scale, "initial_scale")
+            )
+        self._init_wrapper(inner_optimizer, adapter, loss_scale)
+
+    def _init_wrapper(self, inner_optimizer, adapter, loss_scale):
+        if getattr(inner_optimizer, "loss_scale_factor", None) is not None:
+            raise ValueError(
+                "The inner optimizer already scales the loss: it has "
+                f"loss_scale_factor={inner_optimizer.loss_scale_factor}. Set "
+                "`loss_scale_factor=None` on it, or use "
+                "LossScaleOptimizer(opt, dynamic=False, initial_scale=...)."
+            )
+        # Keras requires its constructor first. It assigns defaults such as
+        # `clipnorm=None`, which the forwarded properties ignore until
+        # `_wrapper_ready` is set.
+        keras.optimizers.Optimizer.__init__(self, learning_rate=0.0)
+        self._optimizer = inner_optimizer
+        self._inner = adapter
+        self._loss_scale = loss_scale
+        self._keras_scaled_loss = False
+        self._wrapper_ready = True
+
+    # -- Loss scale state ---------------------------------------------------
+
+    def _settings(self):
+        return self._loss_scale._optimizer_settings() or (True, None, None, None)
+
+    @property
+    def dynamic(self):
+        """Whether the loss scale is updated during training."""
+        return self._settings()[0]
+
+    @property
+    def loss_scale(self):
+        """The current loss scale as a float32 scalar tensor."""
+        return self._loss_scale()
+
+    @property
+    def dynamic_counter(self):
+        """The int64 count of finite steps since the last change, or None."""
+        return self._settings()[3]
+
+    @property
+    def initial_scale(self):
+        """The initial loss scale (a Python float)."""
+        return self._settings()[1]
+
+    @property
+    def dynamic_growth_steps(self):
+        """Finite steps between increases (a Python int), or None if fixed."""
+        return self._settings()[2]
+
+    def build(self, var_list):
+        """Creates the inner optimizer's variables for `var_list`.
+
+        Args:
+            var_list: The trainable variables the optimizer will update.
+        """
+        self._inner.build(self._optimizer, list(var_list))
+        self._trainable_variables = list(var_list)
+        self.built = True
+
+    def finalize_variable_values(self, var_list):
+        """Forwards to the inner optimizer (Keras 3 EMA support)."""
+        finalize = getattr(self._optimizer, "finalize_variable_values", None)
+        if finalize is not None:
+            finalize(var_list)
+
+    # -- Scaling ------------------------------------------------------------
+
+    def get_scaled_loss(self, loss):
+        """Multiplies the loss by the loss scale.
+
+        Args:
+            loss: A loss tensor (any float dtype: the scale is cast to it;
+                vectors are scaled elementwise), or a zero-argument callable
+                returning one.
+
+        Returns:
+            The scaled loss, or a callable that returns it (reading the loss
+            scale when it is called).
+        """
+        if callable(loss):
+
+            def scaled_loss():
+                return gradients_lib.scale_by(loss(), self._loss_scale())
+
+            return scaled_loss
+        return gradients_lib.scale_by(loss, self._loss_scale())
+
+    def get_unscaled_gradients(self, grads):
+        """Divides gradients by the loss scale.
+
+        Multiplies each gradient by the float32 reciprocal of the loss scale,
+        cast to the gradient's dtype.
+
+        Args:
+            grads: A list of gradients; `None` entries stay `None` and
+                `IndexedSlices` stay `IndexedSlices`.
+
+        Returns:
+            A list of unscaled gradients, in the same order.
+        """
+        self._keras_scaled_loss = False
+        return gradients_lib.multiply_gradients(
+            grads, 1.0 / self._loss_scale()
+        )
+
+    def scale_loss(self, loss):
+        """Keras 3's loss scaling: scales `loss` for the next apply.
+
+        `Model.fit` calls this and then passes the resulting *scaled*
+        gradients to `apply_gradients`. The next `apply_gradients` call
+        therefore unscales its gradients itself, unless
+        `get_unscaled_gradients` was called in between.
+
+        Args:
+            loss: A loss tensor.
+
+        Returns:
+            The scaled loss.
+        """
+        self._keras_scaled_loss = True
+        return gradients_lib.scale_by(loss, self._loss_scale())
+
+    # -- Applying -----------------------------------------------------------
+
+    def apply_gradients(
+        self, grads_and_vars, name=None, experimental_aggregate_gradients=True
+    ):
+        """Applies unscaled gradients, or skips the step if any is not finite.
+
+        On a finite step the inner optimizer applies the gradients (its
+        clipping sees unscaled gradients) and the loss scale advances. On a
+        non-finite step no variable or slot changes, the loss scale backs off
+        and `iterations` still increases by one (TF 2.4 behaviour). Under a
+        distribution strategy a non-finite gradient on any replica makes every
+        replica skip.
+
+        Args:
+            grads_and_vars: Pairs of (unscaled gradient, variable).
+            name: Optional name passed to tf_keras inner optimizers.
+            experimental_aggregate_gradients: Whether the inner optimizer sums
+                gradients across replicas (pass False after your own
+                all-reduce).
+
+        Returns:
+            The inner optimizer's `iterations` variable.
+
+        Raises:
+            ValueError: In a cross-replica context or under an unsupported
+                distribution strategy.
+        """
+        scaled, self._keras_scaled_loss = self._keras_scaled_loss, False
+        grads_and_vars = tuple(grads_and_vars)
+        grads = [g for g, _ in grads_and_vars]
+        var_list = [v for _, v in grads_and_vars]
+        self._apply(grads, var_list, name, experimental_aggregate_gradients,
+                    scaled)
+        return self.iterations
+
+    def apply(self, grads, trainable_variables=None):
+        """Keras 3's `apply`: applies *scaled* gradients.
+
+        Args:
+            grads: Gradients of a loss scaled with `scale_loss`.
+            trainable_variables: The variables, in the same order. Defaults to
+                the variables the optimizer was built with.
+        """
+        if trainable_variables is None:
+            if not self.built:
+                raise ValueError(
+                    "apply() without `trainable_variables` needs a built "
+                    "optimizer. Call `optimizer.build(variables)` first or "
+                    "pass `trainable_variables`."
+                )
+            trainable_variables = self._trainable_variables
+        self._keras_scaled_loss = False
+        self._apply(list(grads), list(trainable_variables), None, True, True)
+
+    def _apply(self, grads, var_list, name, aggregate, scaled):
+        distribute.check_replica_context("apply_gradients")
+        distribute.check_strategy_supported()
+        # Variables cannot be created inside the cond below.
+        self._inner.build(self._optimizer, var_list)
+        if scaled:
+            grads = gradients_lib.multiply_gradients(
+                grads, 1.0 / self._loss_scale()
+            )
+        _, should_apply = self._loss_scale.update(grads)
+
+        def apply_fn(grads, var_list):
+            self._inner.apply(
+                self._optimizer, list(zip(grads, var_list)), name, aggregate
+            )
+
+        def skip_fn():
+            self._inner.increment_iterations(self._optimizer)
+
+        distribute.cond_on_all_replicas(
+            should_apply, apply_fn, skip_fn, args=(grads, var_list)
+        )
+
+    def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
+        """Scales the loss, differentiates, unscales and applies.
+
+        Args:
+            loss: A zero-argument callable returning the loss, or a loss tensor
+                computed under `tape`.
+            var_list: The variables to update, or a callable returning them.
+            grad_loss: Optional gradient of the loss.
+            name: Optional name for the apply step.
+            tape: The `tf.GradientTape` that recorded a tensor `loss`.
+
+        Returns:
+            What `apply_gradients` returns.
+
+        Raises:
+            ValueError: If `loss` is a tensor and no `tape` is given.
+        """
+        grads_and_vars = self._compute_gradients(loss, var_list, grad_loss, tape)
+        return self.apply_gradients(grads_and_vars, name=name)
+
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        if not callable(loss) and tape is None:
+            raise ValueError(
+                "`tape` is required when a `Tensor` loss is passed. Pass the "
+                "GradientTape that computed the loss, or pass the loss as a "
+                "zero-argument callable."
+            )
+        tape = tape if tape is not None else tf.GradientTape()
+        with tape:
+            if callable(loss):
+                if not callable(var_list):
+                    tape.watch(var_list)
+                loss = loss()
+            scaled_loss = self.get_scaled_loss(loss)
+        if callable(var_list):
+            var_list = var_list()
+        var_list = tf.nest.flatten(var_list)
+        grads = tape.gradient(scaled_loss, var_list, output_gradients=grad_loss)
+        return list(zip(self.get_unscaled_gradients(grads), var_list))
+
+    def get_gradients(self, loss, params):
+        """Scaled-loss gradients with `tf.gradients` (graph mode only).
+
+        Args:
+            loss: A loss tensor.
+            params: The variables to differentiate with respect to.
+
+        Returns:
+            A list of unscaled gradients.
+
+        Raises:
+            RuntimeError: In eager mode; use a `tf.GradientTape` there.
+        """
+        if tf.executing_eagerly():
+            raise RuntimeError(
+                "`get_gradients()` is not supported when eager execution is "
+                "enabled. Call it inside a tf.function, or use a "
+                "tf.GradientTape with get_scaled_loss/get_unscaled_gradients."
+            )
+        scaled_loss = self.get_scaled_loss(loss)
+        grads = tf.gradients(scaled_loss, params)
+        return self.get_unscaled_gradients(grads)
+
+    # -- Config -------------------------------------------------------------
+
+    def get_config(self):
+        """Returns the TF 2.4 config: the inner optimizer and scale settings.
+
+        Returns:
+            `{'inner_optimizer', 'dynamic', 'initial_scale',
+            'dynamic_growth_steps'}`. The current loss scale and counter are
+            state, not config: they live in checkpoints.
+        """
+        dynamic, initial_scale, growth_steps, _ = self._settings()
+        return {
+            "inner_optimizer": self._inner.serialize(self._optimizer),
+            "dynamic": dynamic,
+            "initial_scale": initial_scale,
+            "dynamic_growth_steps": growth_steps,
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """Creates an optimizer from a TF 2.4, TF <= 2.3 or Keras 3 config.
+
+        Args:
+            config: The output of `get_config()`; a TF <= 2.3 config (keys
+                `optimizer` and `loss_scale`) or a config of Keras 3's
+                `LossScaleOptimizer` (which has a `name`) also work.
+            custom_objects: Optional dict of custom classes for the inner
+                optimizer.
+
+        Returns:
+            A new optimizer.
+
+        Raises:
+            ValueError: For a TF <= 2.3 config whose loss scale has no TF 2.4
+                equivalent.
+        """
+        config = _upgrade_legacy_config(config)
+        config.pop("name", None)
+        inner_optimizer = inner_lib.deserialize(
+            config.pop("inner_optimizer"), custom_objects
+        )
+        return cls(inner_optimizer, **config)
+
+
+def _upgrade_legacy_config(config):
+    """Turns a TF <= 2.3 config (`optimizer`, `loss_scale`) into TF 2.4's."""
+    config = dict(config)
+    if "loss_scale" not in config:
+        return config
+    loss_scale = serialization.deserialize(config.pop("loss_scale"))
+    settings = loss_scale._optimizer_settings()
+    if settings is None:
+        if isinstance(loss_scale, loss_scale_lib.DynamicLossScale):
+            raise ValueError(
+                "Cannot deserialize LossScaleOptimizer with a "
+                "DynamicLossScale whose multiplier is not 2. Got "
+                f"DynamicLossScale: {loss_scale!r}. Use "
+                "tf_lso.experimental.LossScaleOptimizer.from_config instead."
+            )
+        raise ValueError(
+            "Serialized LossScaleOptimizers with a LossScale that is neither "
+            "a FixedLossScale nor a DynamicLossScale can no longer be "
+            f"deserialized. Got: {loss_scale!r}."
+        )
+    dynamic, initial_scale, growth_steps, _ = settings
+    config.update(
+        dynamic=dynamic,
+        initial_scale=initial_scale,
+        dynamic_growth_steps=growth_steps,
+    )
+    config["inner_optimizer"] = config.pop("optimizer")
+    return config

@@ -1,0 +1,152 @@
+"""`get`, `serialize` and `deserialize` for loss scales.
+
+Also converts TensorFlow's own deprecated `tf.compat.v1.mixed_precision` loss
+scale objects into tf_lso ones.
+"""
+
+import tensorflow as tf
+
+from tf_lso._src import compat
+from tf_lso._src import loss_scale as loss_scale_lib
+
+_BUILTIN_CLASSES = {
+    "FixedLossScale": loss_scale_lib.FixedLossScale,
+    "DynamicLossScale": loss_scale_lib.DynamicLossScale,
+}
+
+
+def serialize(loss_scale):
+    """Serializes a loss scale into a Keras-style dict.
+
+    Args:
+        loss_scale: A `LossScale`.
+
+    Returns:
+        `{'class_name': <class name>, 'config': loss_scale.get_config()}`.
+
+    >>> tf_lso.experimental.serialize(tf_lso.experimental.FixedLossScale(2))
+    {'class_name': 'FixedLossScale', 'config': {'loss_scale_value': 2.0}}
+    """
+    return {
+        "class_name": type(loss_scale).__name__,
+        "config": loss_scale.get_config(),
+    }
+
+
+def deserialize(config, custom_objects=None):
+    """Creates a loss scale from the output of `serialize`.
+
+    Args:
+        config: A dict with the keys `class_name` and `config` (other keys
+            that newer Keras serializers add are ignored).
+        custom_objects: An optional dict mapping class names to `LossScale`
+            subclasses of your own.
+
+    Returns:
+        A new `LossScale`.
+
+    Raises:
+        ValueError: If `config` is not in that format or names an unknown
+            class.
+
+    >>> tf_lso.experimental.deserialize({
+    ...     "class_name": "DynamicLossScale",
+    ...     "config": {"initial_loss_scale": 8.0, "increment_period": 10,
+    ...                "multiplier": 2.0}})
+    DynamicLossScale(current_loss_scale=8.0, num_good_steps=0, initial_loss_scale=8.0, increment_period=10, multiplier=2.0)
+    """
+    if (
+        not isinstance(config, dict)
+        or "class_name" not in config
+        or "config" not in config
+    ):
+        raise ValueError(
+            "Improper config format: expected a dict with the keys "
+            f"'class_name' and 'config'. Received: {config!r}."
+        )
+    classes = dict(_BUILTIN_CLASSES)
+    classes.update(custom_objects or {})
+    class_name = config["class_name"]
+    if class_name not in classes:
+        raise ValueError(
+            f"Unknown loss scale: {class_name}. Please ensure this object is "
+            "passed to the `custom_objects` argument, e.g. "
+            f"deserialize(config, custom_objects={{'{class_name}': "
+            f"{class_name}}})."
+        )
+    return classes[class_name].from_config(config["config"])
+
+
+def get(identifier):
+    """Turns a loss scale identifier into a `LossScale`.
+
+    Args:
+        identifier: A Python int or float (a `FixedLossScale`), the string
+            `'dynamic'` (a `DynamicLossScale` with default arguments), a
+            `LossScale` (returned as is), a dict from `serialize`, a
+            `tf.compat.v1.mixed_precision` loss scale (converted), or None.
+
+    Returns:
+        A `LossScale`, or None if `identifier` is None.
+
+    Raises:
+        ValueError: If `identifier` cannot be interpreted.
+
+    >>> tf_lso.experimental.get(123)
+    FixedLossScale(123.0)
+    >>> tf_lso.experimental.get("dynamic").initial_loss_scale
+    32768.0
+    """
+    if isinstance(identifier, dict):
+        return deserialize(identifier)
+    if isinstance(identifier, (int, float)):
+        return loss_scale_lib.FixedLossScale(identifier)
+    if isinstance(identifier, str) and identifier == "dynamic":
+        return loss_scale_lib.DynamicLossScale()
+    if isinstance(identifier, loss_scale_lib.LossScale):
+        return identifier
+    if identifier is None:
+        return None
+    if is_tensorflow_loss_scale(identifier):
+        return from_tensorflow_loss_scale(identifier)
+    raise ValueError(
+        f"Could not interpret loss scale identifier: {identifier!r}. Pass "
+        "'dynamic', a Python int or float, or a LossScale instance."
+    )
+
+
+def is_tensorflow_loss_scale(value):
+    """True for TF's deprecated `tf.compat.v1.mixed_precision.LossScale`s."""
+    return isinstance(value, tf.compat.v1.mixed_precision.LossScale)
+
+
+def from_tensorflow_loss_scale(value):
+    """Converts one of TF's deprecated loss scales into a tf_lso one.
+
+    Configuration, current scale and counter are copied; from then on the
+    two objects are independent.
+
+    Args:
+        value: A `tf.compat.v1.mixed_precision.FixedLossScale` or
+            `DynamicLossScale`.
+
+    Returns:
+        The equivalent `FixedLossScale` or `DynamicLossScale`.
+
+    Raises:
+        TypeError: For any other TF loss scale class.
+    """
+    if isinstance(value, tf.compat.v1.mixed_precision.FixedLossScale):
+        return loss_scale_lib.FixedLossScale._unchecked(float(value()))
+    if isinstance(value, tf.compat.v1.mixed_precision.DynamicLossScale):
+        converted = loss_scale_lib.DynamicLossScale(
+            value.initial_loss_scale, value.increment_period, value.multiplier
+        )
+        converted.current_loss_scale.assign(value())
+        converted.good_steps.assign(compat.tf_dynamic_loss_scale_counter(value))
+        return converted
+    raise TypeError(
+        "Only TensorFlow's FixedLossScale and DynamicLossScale can be "
+        f"converted to tf_lso loss scales. Received: {value!r}. Subclass "
+        "tf_lso.experimental.LossScale instead."
+    )
