@@ -1,0 +1,66 @@
+"""Helpers shared by the tests."""
+
+import functools
+
+import tensorflow as tf
+from absl.testing import parameterized
+
+EAGER_AND_FUNCTION = parameterized.named_parameters(
+    ("eager", False), ("tf_function", True)
+)
+
+
+def maybe_function(fn, use_tf_function):
+    return tf.function(fn) if use_tf_function else fn
+
+
+@functools.lru_cache(maxsize=None)
+def mirrored_strategy():
+    """One MirroredStrategy over the two logical CPUs for the whole run.
+
+    Every MirroredStrategy numbers its collectives from the same start, so
+    two instances in one process can pair up unrelated collectives ("Shape
+    mismatch in the collective instance"). Sharing one avoids that.
+    """
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def default_strategy():
+    return tf.distribute.get_strategy()
+
+
+STRATEGIES = {"default": default_strategy, "mirrored": mirrored_strategy}
+
+
+def replica_id():
+    """The current replica id as an int32 tensor (0 without a strategy)."""
+    return tf.cast(
+        tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32
+    )
+
+
+def value_on_replica_0(value, elsewhere):
+    """`value` on replica 0, `elsewhere` on the others (float32)."""
+    return tf.where(tf.equal(replica_id(), 0), value, elsewhere)
+
+
+def create_identity_with_grad_check_fn(expected_gradient):
+    """An identity op whose backward pass asserts the incoming gradient.
+
+    Proves that a loss really was scaled: the gradient that reaches this
+    point is the loss scale times the true gradient.
+    """
+
+    @tf.custom_gradient
+    def identity(x):
+        def grad(dx):
+            tf.debugging.assert_equal(
+                dx,
+                tf.cast(expected_gradient, dx.dtype),
+                message="unexpected gradient reached the loss",
+            )
+            return dx
+
+        return tf.identity(x), grad
+
+    return identity
