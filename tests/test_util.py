@@ -64,3 +64,8 @@ def create_identity_with_grad_check_fn(expected_gradient):
         return tf.identity(x), grad
 
     return identity
+
+
+def num(value):
+    """A scalar's value as a Python number; works on mirrored variables too."""
+    return tf.convert_to_tensor(value).numpy().item()

@@ -53,6 +53,28 @@ def check_replica_context(method_name):
         )
 
 
+def create_variables(fn, *args):
+    """Calls `fn(*args)` once, outside any replica and any `tf.function`.
+
+    For creating optimizer variables on the first step: created lazily inside
+    `strategy.run` in a `tf.function`, Keras optimizer slots fail at run time
+    ("You must feed a value for placeholder tensor"). A `merge_call` plus
+    `tf.init_scope` creates them eagerly as proper mirrored variables.
+    """
+    if tf.distribute.has_strategy() and (
+        not tf.distribute.in_cross_replica_context()
+    ):
+
+        def merge_fn(strategy, *args):
+            with tf.init_scope():
+                return fn(*args)
+
+        return tf.distribute.get_replica_context().merge_call(
+            merge_fn, args=args
+        )
+    return fn(*args)
+
+
 def cond_on_all_replicas(pred, true_fn, false_fn, args):
     """Runs `true_fn(*args)` on every replica if `pred`, else `false_fn()`.
 

@@ -310,7 +310,10 @@ class LossScaleOptimizer(
         distribute.check_replica_context("apply_gradients")
         distribute.check_strategy_supported()
         # Variables cannot be created inside the cond below.
-        self._inner.build(self._optimizer, var_list)
+        distribute.create_variables(
+            lambda var_list: self._inner.build(self._optimizer, var_list),
+            var_list,
+        )
         if scaled:
             grads = gradients_lib.multiply_gradients(
                 grads, 1.0 / self._loss_scale()

@@ -1,0 +1,377 @@
+"""Tests for tf_lso._src.loss_scale_optimizer (the TF 2.4 class)."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+import tf_lso
+
+import test_util
+
+NAN = float("nan")
+
+
+def _strategy_and_mode_cases():
+    for strategy_name in test_util.STRATEGIES:
+        for use_fn in (False, True):
+            mode = "tf_function" if use_fn else "eager"
+            yield {
+                "testcase_name": f"{strategy_name}_{mode}",
+                "strategy_name": strategy_name,
+                "use_tf_function": use_fn,
+            }
+
+
+STRATEGY_AND_MODE = parameterized.named_parameters(*_strategy_and_mode_cases())
+
+
+def _run(strategy, fn, use_tf_function, *args):
+    step = test_util.maybe_function(
+        lambda *a: strategy.run(fn, args=a), use_tf_function
+    )
+    return step(*args)
+
+
+class ScalingTest(tf.test.TestCase, parameterized.TestCase):
+    @STRATEGY_AND_MODE
+    def test_fixed_scale_reaches_gradient_with_minimize(
+        self, strategy_name, use_tf_function
+    ):
+        strategy = test_util.STRATEGIES[strategy_name]()
+        replicas = strategy.num_replicas_in_sync
+        with strategy.scope():
+            var = tf.Variable(5.0)
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(2.0), dynamic=False, initial_scale=10
+            )
+        check = test_util.create_identity_with_grad_check_fn(10.0 / replicas)
+
+        def step():
+            opt.minimize(lambda: check(var) / replicas, [var])
+
+        _run(strategy, step, use_tf_function)
+        self.assertEqual(test_util.num(var), 3.0)
+        self.assertIsInstance(opt.loss_scale, tf.Tensor)
+        self.assertEqual(float(opt.loss_scale), 10.0)
+
+    def test_get_gradients_in_tf_function(self):
+        var = tf.Variable(5.0)
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0), dynamic=False, initial_scale=10
+        )
+        check = test_util.create_identity_with_grad_check_fn(10.0)
+        grads = tf.function(lambda: opt.get_gradients(check(var) * 1.0, [var]))()
+        self.assertEqual(float(grads[0]), 1.0)
+        with self.assertRaisesRegex(RuntimeError, "not supported when eager"):
+            opt.get_gradients(var * 1.0, [var])
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_minimize_with_tape_and_tensor_loss(self, use_tf_function):
+        var = tf.Variable(5.0)
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=4)
+
+        def step():
+            with tf.GradientTape() as tape:
+                loss = var * 2.0
+            opt.minimize(loss, [var], tape=tape)
+
+        test_util.maybe_function(step, use_tf_function)()
+        self.assertEqual(test_util.num(var), 3.0)
+        with self.assertRaisesRegex(ValueError, "`tape` is required"):
+            opt.minimize(tf.constant(1.0), [var])
+
+    def test_get_scaled_loss(self):
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0), dynamic=False, initial_scale=2
+        )
+        loss = tf.constant(5.0)
+        self.assertEqual(float(opt.get_scaled_loss(loss)), 10.0)
+        self.assertEqual(float(opt.get_scaled_loss(lambda: loss)()), 10.0)
+        half = opt.get_scaled_loss(tf.constant(5.0, tf.float16))
+        self.assertEqual(half.dtype, tf.float16)
+        self.assertEqual(float(half), 10.0)
+        vector = opt.get_scaled_loss(tf.constant([1.0, 2.0]))
+        self.assertAllEqual(vector, [2.0, 4.0])
+
+    def test_callable_scaled_loss_reads_scale_when_called(self):
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=2)
+        scaled = opt.get_scaled_loss(lambda: tf.constant(1.0))
+        opt._loss_scale.current_loss_scale.assign(8.0)
+        self.assertEqual(float(scaled()), 8.0)
+
+    def test_get_unscaled_gradients(self):
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0), dynamic=False, initial_scale=2
+        )
+        grads = opt.get_unscaled_gradients(
+            [tf.constant(3.0), None, tf.constant(-4.0, tf.float16)]
+        )
+        self.assertEqual(float(grads[0]), 1.5)
+        self.assertIsNone(grads[1])
+        self.assertEqual(grads[2].dtype, tf.float16)
+        self.assertEqual(float(grads[2]), -2.0)
+
+    def test_get_unscaled_sparse_gradients(self):
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0), dynamic=False, initial_scale=2
+        )
+        sparse = tf.IndexedSlices(
+            tf.constant([[4.0, 2.0], [8.0, 5.0]]),
+            tf.constant([1, 3]),
+            tf.constant([6, 2]),
+        )
+        (result,) = opt.get_unscaled_gradients([sparse])
+        self.assertIsInstance(result, tf.IndexedSlices)
+        self.assertAllEqual(result.values, [[2.0, 1.0], [4.0, 2.5]])
+        self.assertAllEqual(result.indices, [1, 3])
+        self.assertAllEqual(result.dense_shape, [6, 2])
+
+
+class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
+    @STRATEGY_AND_MODE
+    def test_dynamic_update(self, strategy_name, use_tf_function):
+        strategy = test_util.STRATEGIES[strategy_name]()
+        replicas = strategy.num_replicas_in_sync
+        with strategy.scope():
+            var = tf.Variable([1.0, 2.0])
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(1.0), initial_scale=2,
+                dynamic_growth_steps=1,
+            )
+
+        def step(bad):
+            # `bad` makes only replica 0's gradient NaN.
+            grad = tf.where(
+                bad, test_util.value_on_replica_0(NAN, 1.0), 1.0
+            ) / replicas
+            opt.apply_gradients([(tf.fill([2], grad), var)])
+
+        _run(strategy, step, use_tf_function, tf.constant(False))
+        self.assertAllEqual(var, [0.0, 1.0])
+        self.assertEqual(float(opt.loss_scale), 4.0)
+        _run(strategy, step, use_tf_function, tf.constant(True))
+        self.assertAllEqual(var, [0.0, 1.0])
+        self.assertEqual(float(opt.loss_scale), 2.0)
+        self.assertEqual(test_util.num(opt.iterations), 2)
+        for component in strategy.experimental_local_results(var):
+            self.assertAllEqual(component, [0.0, 1.0])
+
+    @STRATEGY_AND_MODE
+    def test_nan_on_second_replica_only_skips_everywhere(
+        self, strategy_name, use_tf_function
+    ):
+        strategy = test_util.STRATEGIES[strategy_name]()
+        with strategy.scope():
+            var = tf.Variable(1.0)
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(1.0, momentum=0.5), initial_scale=8
+            )
+
+        def step():
+            replica = test_util.replica_id()
+            last = strategy.num_replicas_in_sync - 1
+            grad = tf.where(tf.equal(replica, last), float("inf"), 1.0)
+            opt.apply_gradients([(grad, var)])
+
+        _run(strategy, step, use_tf_function)
+        self.assertEqual(test_util.num(var), 1.0)
+        self.assertEqual(float(opt.loss_scale), 4.0)
+        self.assertEqual(test_util.num(opt.dynamic_counter), 0)
+        for slot in opt.inner_optimizer.variables:
+            if "momentum" in slot.path:
+                self.assertEqual(test_util.num(slot), 0.0)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_golden_step_sequence(self, use_tf_function):
+        # Spec 2.3.5: SGD(1.0), initial_scale 4, growth 2.
+        var = tf.Variable(5.0)
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0), initial_scale=4, dynamic_growth_steps=2
+        )
+        step = test_util.maybe_function(
+            lambda g: opt.apply_gradients([(g, var)]), use_tf_function
+        )
+        observed = []
+        for grad in [2.0, NAN, 1.0, 1.0]:
+            step(tf.constant(grad))
+            observed.append(
+                (test_util.num(var), float(opt.loss_scale), test_util.num(opt.dynamic_counter),
+                 test_util.num(opt.iterations))
+            )
+        self.assertEqual(
+            observed,
+            [(3.0, 4.0, 1, 1), (3.0, 2.0, 0, 2), (2.0, 2.0, 1, 3),
+             (1.0, 4.0, 0, 4)],
+        )
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_slots_untouched_on_skipped_step(self, use_tf_function):
+        var = tf.Variable([1.0, 2.0])
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.Adam(0.1), initial_scale=2, dynamic_growth_steps=1
+        )
+        step = test_util.maybe_function(
+            lambda g: opt.apply_gradients([(g, var)]), use_tf_function
+        )
+        step(tf.constant([1.0, 1.0]))
+        before = [v.numpy().copy() for v in opt.inner_optimizer.variables]
+        var_before = var.numpy().copy()
+        step(tf.constant([1.0, NAN]))
+        after = [v.numpy() for v in opt.inner_optimizer.variables]
+        self.assertAllEqual(var, var_before)
+        for name_var, b, a in zip(opt.inner_optimizer.variables, before, after):
+            if name_var.path.endswith("iteration"):
+                self.assertEqual(int(a), int(b) + 1)
+            else:
+                self.assertAllEqual(a, b)
+
+    @STRATEGY_AND_MODE
+    def test_momentum_slots_with_growth(self, strategy_name, use_tf_function):
+        strategy = test_util.STRATEGIES[strategy_name]()
+        replicas = strategy.num_replicas_in_sync
+        with strategy.scope():
+            var = tf.Variable([1.0, 2.0])
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(1.0, momentum=1.0), initial_scale=2,
+                dynamic_growth_steps=1,
+            )
+
+        def step():
+            opt.minimize(lambda: tf.reduce_sum(var) / replicas, [var])
+
+        _run(strategy, step, use_tf_function)
+        self.assertAllEqual(var, [0.0, 1.0])
+        self.assertEqual(float(opt.loss_scale), 4.0)
+        _run(strategy, step, use_tf_function)
+        self.assertAllEqual(var, [-2.0, -1.0])
+        self.assertEqual(float(opt.loss_scale), 8.0)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_float16_loss(self, use_tf_function):
+        var = tf.Variable(5.0)
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(2.0), initial_scale=2)
+
+        def loss():
+            return tf.cast(var, tf.float16)
+
+        test_util.maybe_function(lambda: opt.minimize(loss, [var]), use_tf_function)()
+        self.assertEqual(test_util.num(var), 3.0)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_sparse_gradients(self, use_tf_function):
+        table = tf.Variable(tf.ones([4, 2]))
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=8)
+
+        def step(value):
+            sparse = tf.IndexedSlices(
+                tf.fill([1, 2], value), tf.constant([2]), tf.constant([4, 2])
+            )
+            opt.apply_gradients([(sparse, table)])
+
+        step = test_util.maybe_function(step, use_tf_function)
+        step(tf.constant(1.0))
+        self.assertAllEqual(table[2], [0.0, 0.0])
+        step(tf.constant(NAN))
+        self.assertAllEqual(table[2], [0.0, 0.0])
+        self.assertEqual(float(opt.loss_scale), 4.0)
+
+    def test_jit_compile_matches_plain_function(self):
+        results = []
+        for jit in (False, True):
+            var = tf.Variable([1.0, -2.0])
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.Adam(0.1), initial_scale=4,
+                dynamic_growth_steps=1,
+            )
+
+            @tf.function(jit_compile=jit)
+            def step(grad):
+                opt.apply_gradients([(grad, var)])
+
+            for grad in ([1.0, 2.0], [NAN, 1.0], [0.5, -1.0]):
+                step(tf.constant(grad))
+            results.append((var.numpy(), float(opt.loss_scale),
+                            test_util.num(opt.iterations)))
+        self.assertAllEqual(results[0][0], results[1][0])
+        self.assertEqual(results[0][1:], results[1][1:])
+        self.assertEqual(results[0][1:], (8.0, 3))
+
+    @parameterized.named_parameters(
+        ("clipnorm", "clipnorm"),
+        ("global_clipnorm", "global_clipnorm"),
+        ("clipvalue", "clipvalue"),
+    )
+    def test_clipping_sees_unscaled_gradients(self, clip_name):
+        var = tf.Variable(5.0)
+        inner = keras.optimizers.SGD(2.0, **{clip_name: 2.0})
+        opt = tf_lso.LossScaleOptimizer(
+            inner, initial_scale=2, dynamic_growth_steps=1
+        )
+        self.assertEqual(getattr(opt, clip_name), 2.0)
+
+        def loss():
+            return var * 4.0
+
+        opt.minimize(loss, [var])  # Gradient 4, clipped to 2.
+        self.assertEqual(test_util.num(var), 1.0)
+        self.assertEqual(float(opt.loss_scale), 4.0)
+        setattr(opt, clip_name, 3.0)
+        self.assertEqual(getattr(inner, clip_name), 3.0)
+        opt.minimize(loss, [var])
+        self.assertEqual(test_util.num(var), -5.0)
+        self.assertEqual(float(opt.loss_scale), 8.0)
+        opt.minimize(lambda: var * float("inf"), [var])
+        self.assertEqual(test_util.num(var), -5.0)
+        self.assertEqual(float(opt.loss_scale), 4.0)
+
+    def test_fixed_scale_applies_non_finite_steps(self):
+        var = tf.Variable(1.0)
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0), dynamic=False, initial_scale=4
+        )
+        opt.apply_gradients([(tf.constant(NAN), var)])
+        self.assertTrue(np.isnan(test_util.num(var)))
+
+    def test_keras_protocol_scaled_gradients(self):
+        var = tf.Variable(5.0)
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=8)
+        with tf.GradientTape() as tape:
+            loss = opt.scale_loss(var * 2.0)
+        grads = tape.gradient(loss, [var])
+        self.assertEqual(float(grads[0]), 16.0)
+        opt.apply_gradients(zip(grads, [var]))
+        self.assertEqual(test_util.num(var), 3.0)
+        opt.apply([tf.constant(16.0)], [var])
+        self.assertEqual(test_util.num(var), 1.0)
+
+    def test_cross_replica_context_raises(self):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var = tf.Variable(1.0)
+            opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0))
+            with self.assertRaisesRegex(
+                ValueError, "must be called in a replica context"
+            ):
+                opt.apply_gradients([(tf.constant(1.0), var)])
+
+    def test_unsupported_strategy(self):
+        strategy = tf.distribute.experimental.CentralStorageStrategy(
+            ["/cpu:0", "/cpu:1"]
+        )
+        message = (
+            "Loss scaling is not supported with the tf.distribute.Strategy: "
+            "CentralStorageStrategy"
+        )
+        with strategy.scope():
+            with self.assertRaisesRegex(ValueError, message):
+                tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0))
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0))
+        with strategy.scope():
+            var = tf.Variable(1.0)
+            with self.assertRaisesRegex(ValueError, message):
+                strategy.run(lambda: opt.minimize(lambda: var * 1.0, [var]))
+
+
+if __name__ == "__main__":
+    tf.test.main()
