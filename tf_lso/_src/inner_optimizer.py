@@ -75,9 +75,6 @@ class _TfKerasLegacyInner(_TfKerasInner):
     def variables(self, optimizer):
         return list(optimizer.variables())
 
-    def set_iterations(self, optimizer, value):
-        optimizer.iterations = value
-
 
 def _is_loss_scale_optimizer(optimizer):
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):

@@ -1,0 +1,171 @@
+"""Tests for tf_lso._src.inner_optimizer: what can be wrapped, incl. tf_keras."""
+
+import keras
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+
+import tf_lso
+
+import test_util
+
+tf_keras = pytest.importorskip("tf_keras")
+
+NAN = float("nan")
+
+
+class WrappingTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(
+        ("tf_lso", lambda: tf_lso.LossScaleOptimizer(keras.optimizers.SGD())),
+        ("keras3", lambda: keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.SGD())),
+        ("tf_keras", lambda: tf_keras.mixed_precision.LossScaleOptimizer(
+            tf_keras.optimizers.legacy.SGD())),
+    )
+    def test_nesting_is_a_type_error(self, make):
+        with self.assertRaisesRegex(
+            TypeError, "cannot wrap another LossScaleOptimizer"
+        ):
+            tf_lso.LossScaleOptimizer(make())
+        with self.assertRaisesRegex(
+            TypeError, "cannot wrap another LossScaleOptimizer"
+        ):
+            tf_lso.experimental.LossScaleOptimizer(make(), "dynamic")
+
+    @parameterized.named_parameters(
+        ("int", 3), ("string", "sgd"), ("tf1", tf.compat.v1.train.GradientDescentOptimizer(1.0))
+    )
+    def test_non_optimizer_is_a_type_error(self, value):
+        with self.assertRaisesRegex(
+            TypeError, '"inner_optimizer" must be an instance of .*but got: '
+        ):
+            tf_lso.LossScaleOptimizer(value)
+
+    def test_dynamic_must_be_bool(self):
+        with self.assertRaisesRegex(
+            TypeError, "must be a bool, but got: 'dynamic'"
+        ):
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), "dynamic")
+
+    @parameterized.named_parameters(
+        ("fixed_without_scale", {"dynamic": False}, ValueError,
+         '"initial_scale" must be specified'),
+        ("fixed_with_growth", {"dynamic": False, "initial_scale": 2,
+                               "dynamic_growth_steps": 2}, ValueError,
+         '"dynamic_growth_steps" must be None if "dynamic" is False, but got: 2'),
+        ("zero_scale", {"initial_scale": 0}, ValueError, "positive and finite"),
+        ("string_scale", {"initial_scale": "3"}, TypeError, "must be a number"),
+        ("zero_growth", {"dynamic_growth_steps": 0}, ValueError, "at least 1"),
+        ("float_growth", {"dynamic_growth_steps": 2.5}, TypeError, "must be an int"),
+    )
+    def test_invalid_arguments(self, kwargs, error, message):
+        with self.assertRaisesRegex(error, message):
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), **kwargs)
+
+    def test_inner_loss_scale_factor_is_rejected(self):
+        with self.assertRaisesRegex(ValueError, "loss_scale_factor=4"):
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(loss_scale_factor=4))
+
+    def test_defaults_and_fixed_attributes(self):
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD())
+        self.assertEqual((opt.initial_scale, opt.dynamic_growth_steps),
+                         (32768.0, 2000))
+        self.assertEqual(float(opt.loss_scale), 32768.0)
+        self.assertEqual(int(opt.dynamic_counter), 0)
+        fixed = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), False, 8)
+        self.assertFalse(fixed.dynamic)
+        self.assertIsNone(fixed.dynamic_counter)
+        self.assertIsNone(fixed.dynamic_growth_steps)
+
+
+class TfKerasLegacyInnerTest(tf.test.TestCase, parameterized.TestCase):
+    @test_util.EAGER_AND_FUNCTION
+    def test_apply_skip_and_slots(self, use_tf_function):
+        inner = tf_keras.optimizers.legacy.SGD(1.0, momentum=1.0)
+        opt = tf_lso.LossScaleOptimizer(
+            inner, initial_scale=2, dynamic_growth_steps=1
+        )
+        var = tf.Variable([1.0, 2.0])
+        step = test_util.maybe_function(
+            lambda g: opt.apply_gradients([(g, var)]), use_tf_function
+        )
+        step(tf.constant([1.0, 1.0]))
+        self.assertAllEqual(var, [0.0, 1.0])
+        self.assertEqual(opt.get_slot_names(), ["momentum"])
+        self.assertAllEqual(opt.get_slot(var, "momentum"), [-1.0, -1.0])
+        step(tf.constant([NAN, 1.0]))
+        self.assertAllEqual(var, [0.0, 1.0])
+        self.assertAllEqual(opt.get_slot(var, "momentum"), [-1.0, -1.0])
+        self.assertEqual(int(opt.iterations), 2)
+        self.assertEqual(float(opt.loss_scale), 2.0)
+        step(tf.constant([1.0, 1.0]))
+        self.assertAllEqual(var, [-2.0, -1.0])
+        self.assertEqual(float(opt.loss_scale), 4.0)
+
+    def test_hyperparameters_and_attributes(self):
+        inner = tf_keras.optimizers.legacy.Adam(1.0)
+        opt = tf_lso.LossScaleOptimizer(inner)
+        self.assertEqual(float(opt.learning_rate), 1.0)
+        opt.lr = 0.5
+        self.assertEqual(float(inner.learning_rate), 0.5)
+        opt.beta_1 = 0.25
+        self.assertEqual(float(inner.beta_1), 0.25)
+        opt.iterations = 3
+        self.assertEqual(int(inner.iterations), 3)
+        var = tf.Variable(1.0)
+        opt.add_slot(var, "extra", initializer="ones")
+        self.assertEqual(float(opt.get_slot(var, "extra")), 1.0)
+        self.assertEqual(opt.variables(), inner.variables())
+
+    def test_config_round_trip(self):
+        opt = tf_lso.LossScaleOptimizer(
+            tf_keras.optimizers.legacy.SGD(2.0, momentum=0.5), initial_scale=4
+        )
+        restored = tf_lso.LossScaleOptimizer.from_config(opt.get_config())
+        self.assertIsInstance(
+            restored.inner_optimizer, tf_keras.optimizers.legacy.SGD
+        )
+        self.assertEqual(float(restored.momentum), 0.5)
+        self.assertEqual(restored.initial_scale, 4.0)
+
+    def test_mirrored_skip(self):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var = tf.Variable(1.0)
+            opt = tf_lso.LossScaleOptimizer(
+                tf_keras.optimizers.legacy.SGD(1.0), initial_scale=8
+            )
+
+        @tf.function
+        def step():
+            def replica_fn():
+                grad = test_util.value_on_replica_0(1.0, NAN)
+                opt.apply_gradients([(grad, var)])
+
+            strategy.run(replica_fn)
+
+        step()
+        self.assertEqual(test_util.num(var), 1.0)
+        self.assertEqual(float(opt.loss_scale), 4.0)
+
+
+class TfKerasInnerTest(tf.test.TestCase, parameterized.TestCase):
+    @test_util.EAGER_AND_FUNCTION
+    def test_apply_and_skip(self, use_tf_function):
+        inner = tf_keras.optimizers.SGD(1.0)
+        opt = tf_lso.LossScaleOptimizer(
+            inner, initial_scale=2, dynamic_growth_steps=1
+        )
+        var = tf.Variable(5.0)
+        step = test_util.maybe_function(
+            lambda g: opt.apply_gradients([(g, var)]), use_tf_function
+        )
+        step(tf.constant(1.0))
+        step(tf.constant(NAN))
+        self.assertEqual(float(var), 4.0)
+        self.assertEqual(int(opt.iterations), 2)
+        self.assertEqual(float(opt.loss_scale), 2.0)
+
+
+if __name__ == "__main__":
+    tf.test.main()
