@@ -199,6 +199,7 @@ class FixedLossScale(LossScale):
         return tf.no_op() if not tf.executing_eagerly() else None, True
 
     def get_config(self):
+        """Returns `{'loss_scale_value': <float>}`."""
         return {"loss_scale_value": self._loss_scale_value}
 
     def _optimizer_settings(self):
@@ -352,6 +353,11 @@ class DynamicLossScale(LossScale):
         return tf.maximum(scale / self._multiplier, 1.0)
 
     def get_config(self):
+        """Returns the constructor arguments; the current state is not config.
+
+        Returns:
+            `{'initial_loss_scale', 'increment_period', 'multiplier'}`.
+        """
         return {
             "initial_loss_scale": self._initial_loss_scale,
             "increment_period": self._increment_period,

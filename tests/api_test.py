@@ -1,0 +1,61 @@
+"""Pins the public API of tf_lso and runs every docstring example."""
+
+import doctest
+import importlib
+
+import keras
+import pytest
+import tensorflow as tf
+
+import tf_lso
+from tf_lso._src import experimental_loss_scale_optimizer
+from tf_lso._src import loss_scale
+from tf_lso._src import loss_scale_optimizer
+from tf_lso._src import serialization
+
+PUBLIC = {
+    "tf_lso": {"LossScaleOptimizer", "experimental"},
+    "tf_lso.experimental": {
+        "DynamicLossScale", "FixedLossScale", "LossScale",
+        "LossScaleOptimizer", "deserialize", "get", "serialize",
+    },
+}
+DOCTESTED_MODULES = [
+    experimental_loss_scale_optimizer, loss_scale, loss_scale_optimizer,
+    serialization,
+]
+
+
+@pytest.mark.parametrize("module_name", sorted(PUBLIC))
+def test_public_names(module_name):
+    module = importlib.import_module(module_name)
+    assert set(module.__all__) == PUBLIC[module_name]
+    for name in module.__all__:
+        assert getattr(module, name).__doc__, f"{module_name}.{name}"
+
+
+def test_version():
+    assert isinstance(tf_lso.__version__, str)
+    assert tf_lso.__version__[0].isdigit()
+
+
+def test_public_methods_have_docstrings():
+    for cls in (tf_lso.LossScaleOptimizer, tf_lso.experimental.LossScaleOptimizer,
+                tf_lso.experimental.DynamicLossScale,
+                tf_lso.experimental.FixedLossScale):
+        for name, member in vars(cls).items():
+            if name.startswith("_") or not callable(member):
+                continue
+            assert member.__doc__, f"{cls.__name__}.{name}"
+
+
+@pytest.mark.parametrize(
+    "module", DOCTESTED_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1]
+)
+def test_docstring_examples(module):
+    globs = {"tf": tf, "tf_lso": tf_lso, "keras": keras}
+    result = doctest.testmod(
+        module, extraglobs=globs, optionflags=doctest.ELLIPSIS, verbose=False
+    )
+    assert result.attempted > 0, f"{module.__name__} has no examples"
+    assert result.failed == 0

@@ -1,0 +1,54 @@
+"""Tests for tf_lso._src.compat: version checks and the private hooks.
+
+Each private hook has a test here that fails when a TF/Keras release moves it.
+"""
+
+import builtins
+import sys
+
+import pytest
+import tensorflow as tf
+
+from tf_lso._src import compat
+
+
+def test_version_tuple():
+    assert compat._version_tuple("2.21.0") == (2, 21)
+    assert compat._version_tuple("2.16.0rc1") == (2, 16)
+
+
+def test_missing_tensorflow_says_what_to_install(monkeypatch):
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "tensorflow":
+            raise ImportError("No module named 'tensorflow'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(ImportError, match="pip install 'tensorflow>=2.16'"):
+        compat.require_tensorflow()
+
+
+def test_old_tensorflow_is_rejected(monkeypatch):
+    monkeypatch.setattr(tf, "__version__", "2.15.1")
+    with pytest.raises(ImportError, match="found TensorFlow 2.15.1"):
+        compat.require_tensorflow()
+
+
+def test_legacy_create_all_weights_hook():
+    tf_keras = pytest.importorskip("tf_keras")
+    optimizer = tf_keras.optimizers.legacy.SGD(1.0, momentum=0.5)
+    var = tf.Variable([1.0, 2.0])
+    compat.legacy_create_all_weights(optimizer, [var])
+    assert optimizer.get_slot(var, "momentum").shape == (2,)
+
+
+def test_tf_dynamic_loss_scale_counter_hook():
+    loss_scale = tf.compat.v1.mixed_precision.DynamicLossScale(4.0, 10)
+    loss_scale.update([tf.constant(1.0)])
+    assert int(compat.tf_dynamic_loss_scale_counter(loss_scale)) == 1
+
+
+def test_tf_keras_module_only_when_imported():
+    assert compat.tf_keras_module() is sys.modules.get("tf_keras")
