@@ -40,6 +40,7 @@ setuptools.setup(
             "absl-py",
             "hypothesis",
             "pytest",
+            "tensorboard",
             "tf-keras>=2.16,<2.22",
         ],
     },

@@ -1,0 +1,75 @@
+"""tf_lso demo: a small mixed_float16 training run showing the loss scale work.
+
+Trains a small MLP for 300 steps with a TF 2.1-2.3 style custom loop
+(`get_scaled_loss` / `get_unscaled_gradients` / `apply_gradients`) and the
+experimental API. Every 60 steps, starting at step 45, a batch is blown up so
+that float16 overflows: that step is skipped (weights untouched) and the loss
+scale halves. Between overflows the scale grows again every 20 finite steps.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tf_lso  # noqa: E402
+
+STEPS = 300
+OVERFLOW_STEPS = set(range(45, STEPS, 60))
+
+
+def main():
+    keras.utils.set_random_seed(0)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = keras.Sequential([
+        keras.Input((16,)),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(1, dtype="float32"),
+    ])
+    loss_scale = tf_lso.experimental.DynamicLossScale(
+        initial_loss_scale=2**10, increment_period=20
+    )
+    opt = tf_lso.experimental.LossScaleOptimizer(
+        keras.optimizers.Adam(1e-3), loss_scale
+    )
+    skipped = tf.Variable(0, dtype=tf.int64)
+
+    rng = np.random.default_rng(0)
+    true_w = rng.normal(size=(16, 1)).astype("float32")
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+            scaled_loss = opt.get_scaled_loss(loss)
+        grads = opt.get_unscaled_gradients(
+            tape.gradient(scaled_loss, model.trainable_variables)
+        )
+        finite = tf.reduce_all(
+            [tf.reduce_all(tf.math.is_finite(g)) for g in grads]
+        )
+        skipped.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    print(f"{'step':>5} {'loss scale':>11} {'skipped':>8} {'loss':>10}")
+    for step in range(1, STEPS + 1):
+        x = rng.normal(size=(64, 16)).astype("float32")
+        y = x @ true_w
+        if step in OVERFLOW_STEPS:
+            x = x * 1e4  # float16 activations overflow: a non-finite step.
+        loss = train_step(tf.constant(x), tf.constant(y))
+        if step % 15 == 0 or step in OVERFLOW_STEPS:
+            mark = "  <- overflow, step skipped" if step in OVERFLOW_STEPS else ""
+            print(f"{step:>5} {float(opt.loss_scale()):>11.0f} "
+                  f"{int(skipped):>8} {float(loss):>10.4g}{mark}")
+    print(f"done: {int(opt.iterations)} iterations, {int(skipped)} skipped, "
+          f"final loss scale {float(opt.loss_scale):.0f}")
+
+
+if __name__ == "__main__":
+    main()
