@@ -1,8 +1,10 @@
 """Tests for tf_lso._src.loss_scale: LossScale, FixedLossScale, DynamicLossScale."""
 
+import hypothesis
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
+from hypothesis import strategies as st
 
 import tf_lso
 from tf_lso.experimental import DynamicLossScale
@@ -308,6 +310,51 @@ class DynamicLossScaleTest(tf.test.TestCase, parameterized.TestCase):
         loss_scale.update([tf.constant(NAN)])
         checkpoint.restore(path).assert_consumed()
         self.assertEqual((float(loss_scale()), int(loss_scale.good_steps)), (2.0, 1))
+
+
+def _reference_trajectory(init, period, multiplier, inputs):
+    """The legacy rule (spec 1.4.4) in plain float32 Python."""
+    scale, count, scales, counts = np.float32(init), 0, [], []
+    for finite in inputs:
+        if finite:
+            if count + 1 >= period:
+                grown = np.float32(scale * np.float32(multiplier))
+                if np.isfinite(grown):
+                    scale = grown
+                count = 0
+            else:
+                count += 1
+        else:
+            scale = max(np.float32(scale / np.float32(multiplier)), np.float32(1))
+            count = 0
+        scales.append(float(scale))
+        counts.append(count)
+    return scales, counts
+
+
+class DynamicLossScalePropertyTest(tf.test.TestCase):
+    @hypothesis.settings(max_examples=40, deadline=None)
+    @hypothesis.given(
+        init=st.sampled_from([0.5, 1.0, 3.0, 2.0**15, F32_MAX / 2]),
+        period=st.integers(1, 4),
+        multiplier=st.sampled_from([1.0, 2.0, 3.0]),
+        inputs=st.lists(st.booleans(), max_size=12),
+    )
+    def test_matches_reference_and_stays_in_bounds(
+        self, init, period, multiplier, inputs
+    ):
+        loss_scale = DynamicLossScale(init, period, multiplier)
+        scales, counts = [], []
+        for finite in inputs:
+            loss_scale.update([tf.constant(1.0 if finite else NAN)])
+            scales.append(float(loss_scale()))
+            counts.append(int(loss_scale.good_steps))
+        self.assertEqual(
+            (scales, counts),
+            _reference_trajectory(init, period, multiplier, inputs),
+        )
+        for scale in scales:
+            self.assertTrue(np.isfinite(scale) and scale > 0)
 
 
 class LossScaleTest(tf.test.TestCase):

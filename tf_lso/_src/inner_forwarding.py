@@ -125,8 +125,15 @@ class InnerOptimizerForwarding:
         self._optimizer.set_weights(weights)
 
     def get_slot_names(self):
-        """The inner optimizer's slot names (tf_keras legacy optimizers)."""
-        return self._slot_owner("get_slot_names").get_slot_names()
+        """The inner optimizer's slot names; `[]` if it has no slots API.
+
+        Keras 3 and tf_keras optimizers keep per-variable state in
+        `variables`, not in named slots; TensorFlow's checkpointing also asks
+        every optimizer for its slot names.
+        """
+        if not self._inner.has_slots:
+            return []
+        return self._optimizer.get_slot_names()
 
     def get_slot(self, var, slot_name):
         """The inner optimizer's slot for `var` (tf_keras legacy optimizers).
