@@ -12,18 +12,9 @@ import test_util
 NAN = float("nan")
 
 
-def _strategy_and_mode_cases():
-    for strategy_name in test_util.STRATEGIES:
-        for use_fn in (False, True):
-            mode = "tf_function" if use_fn else "eager"
-            yield {
-                "testcase_name": f"{strategy_name}_{mode}",
-                "strategy_name": strategy_name,
-                "use_tf_function": use_fn,
-            }
-
-
-STRATEGY_AND_MODE = parameterized.named_parameters(*_strategy_and_mode_cases())
+STRATEGY_AND_MODE = parameterized.named_parameters(
+    *test_util.strategy_and_mode_cases()
+)
 
 
 def _run(strategy, fn, use_tf_function, *args):

@@ -68,19 +68,11 @@ TRAJECTORIES = [
 
 def _trajectory_cases():
     for name, init, period, mult, inputs, expected in TRAJECTORIES:
-        for strategy_name in test_util.STRATEGIES:
-            for use_fn in (False, True):
-                mode = "tf_function" if use_fn else "eager"
-                yield {
-                    "testcase_name": f"{name}_{strategy_name}_{mode}",
-                    "init": init,
-                    "period": period,
-                    "mult": mult,
-                    "inputs": inputs,
-                    "expected": expected,
-                    "strategy_name": strategy_name,
-                    "use_tf_function": use_fn,
-                }
+        for case in test_util.strategy_and_mode_cases(prefix=f"{name}_"):
+            yield dict(
+                case, init=init, period=period, mult=mult, inputs=inputs,
+                expected=expected,
+            )
 
 
 class FixedLossScaleTest(tf.test.TestCase, parameterized.TestCase):

@@ -32,6 +32,18 @@ def default_strategy():
 STRATEGIES = {"default": default_strategy, "mirrored": mirrored_strategy}
 
 
+def strategy_and_mode_cases(prefix=""):
+    """Named-parameter dicts for every strategy, eagerly and in tf.function."""
+    for strategy_name in STRATEGIES:
+        for use_tf_function in (False, True):
+            mode = "tf_function" if use_tf_function else "eager"
+            yield {
+                "testcase_name": f"{prefix}{strategy_name}_{mode}",
+                "strategy_name": strategy_name,
+                "use_tf_function": use_tf_function,
+            }
+
+
 def replica_id():
     """The current replica id as an int32 tensor (0 without a strategy)."""
     return tf.cast(

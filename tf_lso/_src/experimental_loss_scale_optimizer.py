@@ -123,12 +123,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             loss_scale = serialization.deserialize(
                 config["loss_scale"], custom_objects
             )
-            if getattr(loss_scale, "multiplier", 2) != 2:
-                raise ValueError(
-                    "Cannot deserialize LossScaleOptimizer with a "
-                    "DynamicLossScale whose multiplier is not 2. Got "
-                    f"DynamicLossScale: {loss_scale!r}."
-                )
+            lso_lib.check_config_multiplier(loss_scale)
             inner_config = config["optimizer"]
         else:
             if config.get("dynamic", True):

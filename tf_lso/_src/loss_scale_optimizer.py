@@ -439,21 +439,28 @@ class LossScaleOptimizer(
         return cls(inner_optimizer, **config)
 
 
+def check_config_multiplier(loss_scale):
+    """Rejects a deserialized DynamicLossScale whose multiplier is not 2."""
+    if (
+        isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
+        and loss_scale.multiplier != 2
+    ):
+        raise ValueError(
+            "Cannot deserialize LossScaleOptimizer with a DynamicLossScale "
+            f"whose multiplier is not 2. Got DynamicLossScale: {loss_scale!r}."
+            " Only a multiplier of 2 has a TF 2.4 equivalent."
+        )
+
+
 def _upgrade_legacy_config(config):
     """Turns a TF <= 2.3 config (`optimizer`, `loss_scale`) into TF 2.4's."""
     config = dict(config)
     if "loss_scale" not in config:
         return config
     loss_scale = serialization.deserialize(config.pop("loss_scale"))
+    check_config_multiplier(loss_scale)
     settings = loss_scale._optimizer_settings()
     if settings is None:
-        if isinstance(loss_scale, loss_scale_lib.DynamicLossScale):
-            raise ValueError(
-                "Cannot deserialize LossScaleOptimizer with a "
-                "DynamicLossScale whose multiplier is not 2. Got "
-                f"DynamicLossScale: {loss_scale!r}. Use "
-                "tf_lso.experimental.LossScaleOptimizer.from_config instead."
-            )
         raise ValueError(
             "Serialized LossScaleOptimizers with a LossScale that is neither "
             "a FixedLossScale nor a DynamicLossScale can no longer be "
