@@ -18,6 +18,8 @@ class _KerasInner:
     """A Keras 3 optimizer."""
 
     has_slots = False
+    # Keras 3 optimizers always sum gradients across replicas.
+    can_skip_aggregation = False
 
     def build(self, optimizer, var_list):
         if not optimizer.built:
@@ -44,6 +46,8 @@ class _KerasInner:
 
 class _TfKerasInner(_KerasInner):
     """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
+
+    can_skip_aggregation = True
 
     def build(self, optimizer, var_list):
         optimizer.build(var_list)  # A no-op once built.
