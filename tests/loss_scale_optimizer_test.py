@@ -336,6 +336,11 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
         opt.apply([tf.constant(16.0)], [var])
         self.assertEqual(test_util.num(var), 1.0)
 
+    def test_stateless_apply_is_refused_like_keras(self):
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0))
+        with self.assertRaisesRegex(ValueError, "stateless_apply is not supported"):
+            opt.stateless_apply([], [], [])
+
     def test_cross_replica_context_raises(self):
         strategy = test_util.mirrored_strategy()
         with strategy.scope():

@@ -306,6 +306,18 @@ class LossScaleOptimizer(
         self._keras_scaled_loss = False
         self._apply(list(grads), list(trainable_variables), None, True, True)
 
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        """Not available: Keras 3 has no stateless apply on TensorFlow.
+
+        Raises:
+            ValueError: Always, as Keras 3's TensorFlow optimizers do.
+        """
+        raise ValueError(
+            "stateless_apply is not supported with the TensorFlow backend "
+            "(as it is incompatible with tf.distribute). Use apply() or "
+            "apply_gradients()."
+        )
+
     def _apply(self, grads, var_list, name, aggregate, scaled):
         distribute.check_replica_context("apply_gradients")
         distribute.check_strategy_supported()
