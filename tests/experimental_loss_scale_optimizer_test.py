@@ -1,5 +1,7 @@
 """Tests for tf_lso._src.experimental_loss_scale_optimizer and optimizer configs."""
 
+import copy
+
 import keras
 import tensorflow as tf
 from absl.testing import parameterized
@@ -210,14 +212,8 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
         ("v2", tf_lso.LossScaleOptimizer), ("v1", Experimental)
     )
     def test_from_config_invalid_multiplier(self, cls):
-        config = {
-            "optimizer": TF23_FIXED["optimizer"],
-            "loss_scale": {
-                "class_name": "DynamicLossScale",
-                "config": {"initial_loss_scale": 2.0, "increment_period": 3,
-                           "multiplier": 4.0},
-            },
-        }
+        config = copy.deepcopy(TF23_DYNAMIC)
+        config["loss_scale"]["config"]["multiplier"] = 4.0
         with self.assertRaisesRegex(
             ValueError,
             "Cannot deserialize LossScaleOptimizer with a DynamicLossScale "
