@@ -52,3 +52,46 @@ def test_tf_dynamic_loss_scale_counter_hook():
 
 def test_tf_keras_module_only_when_imported():
     assert compat.tf_keras_module() is sys.modules.get("tf_keras")
+
+
+def test_trackable_protocol_hooks(tmp_path):
+    module = tf.Module()
+    module.v = tf.Variable(1.0)
+    assert compat.trackable_children(module, "checkpoint")["v"] is module.v
+    assert compat.lookup_dependency(module, "v") is module.v
+    assert compat.deferred_dependencies(module) == {}
+    assert isinstance(module, compat.Trackable)
+    keys = [n for n, _ in tf.train.list_variables(
+        tf.train.Checkpoint(m=module).write(str(tmp_path / "ckpt")))]
+    assert "m/v/.ATTRIBUTES/" + compat.VARIABLE_VALUE in keys
+
+
+def test_create_or_restore_slot_and_restore_position_hooks(tmp_path):
+    tf_keras = pytest.importorskip("tf_keras")
+    var = tf.Variable([1.0, 2.0])
+    source = tf_keras.optimizers.legacy.SGD(1.0, momentum=0.5)
+    source.apply_gradients([(tf.constant([1.0, 1.0]), var)])
+    path = tf.train.Checkpoint(v=var, opt=source).write(str(tmp_path / "c"))
+    restored = tf_keras.optimizers.legacy.SGD(1.0, momentum=0.5)
+    calls = []
+    real = compat.create_or_restore_slot
+
+    class Spy(tf_keras.optimizers.legacy.SGD):
+        def _create_or_restore_slot_variable(self, **kwargs):
+            calls.append(kwargs["slot_name"])
+            return real(restored, kwargs["slot_variable_position"],
+                        kwargs["slot_name"], kwargs["variable"])
+
+    tf.train.Checkpoint(v=var, opt=Spy(1.0)).read(path)
+    assert calls == ["momentum"]
+    assert restored.get_slot(var, "momentum").numpy().tolist() == [-1.0, -1.0]
+
+
+def test_keras_optimizer_variable_index_hooks():
+    import keras
+
+    optimizer = keras.optimizers.SGD(1.0, momentum=0.5)
+    a, b = tf.Variable(1.0), tf.Variable(2.0)
+    optimizer.build([a, b])
+    assert compat.keras_variable_index(optimizer, b) == 1
+    assert list(compat.keras_trainable_variables(optimizer)) == [a, b]

@@ -388,34 +388,3 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
-
-
-class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
-    @parameterized.named_parameters(("default", "default"), ("mirrored", "mirrored"))
-    def test_save_and_restore(self, strategy_name):
-        strategy = test_util.STRATEGIES[strategy_name]()
-        with strategy.scope():
-            var = tf.Variable([2.0])
-            opt = tf_lso.LossScaleOptimizer(
-                keras.optimizers.SGD(1.0, momentum=1.0), initial_scale=1,
-                dynamic_growth_steps=2,
-            )
-
-        @tf.function
-        def step():
-            strategy.run(lambda: opt.minimize(lambda: var * 1.0, [var]))
-
-        step()
-        checkpoint = tf.train.Checkpoint(var=var, optimizer=opt)
-        path = checkpoint.save(self.create_tempdir().full_path + "/ckpt")
-        saved = (var.numpy(), float(opt.loss_scale), test_util.num(opt.dynamic_counter),
-                 test_util.num(opt.iterations))
-        self.assertEqual(saved[1:], (1.0, 1, 1))
-        step()
-        self.assertEqual(float(opt.loss_scale), 2.0)
-        self.assertEqual(test_util.num(opt.dynamic_counter), 0)
-        checkpoint.restore(path).assert_consumed()
-        restored = (var.numpy(), float(opt.loss_scale),
-                    test_util.num(opt.dynamic_counter), test_util.num(opt.iterations))
-        self.assertAllEqual(restored[0], saved[0])
-        self.assertEqual(restored[1:], saved[1:])

@@ -82,3 +82,62 @@ def tf_dynamic_loss_scale_counter(loss_scale):
     no public accessor for it.
     """
     return loss_scale._num_good_steps
+
+
+# -- TensorFlow's Trackable protocol (tf_lso/_src/checkpointing.py) ---------
+# TF 2.16-2.21. Checkpoints find an object's children through these private
+# methods; TF's own DelegatingTrackableMixin (used by tf_keras's
+# LossScaleOptimizer) calls the same ones.
+
+
+def _trackable_base():
+    import tensorflow as tf
+
+    return tf.__internal__.tracking.Trackable
+
+
+Trackable = _trackable_base()
+
+
+def trackable_children(obj, save_type, **kwargs):
+    """`obj._trackable_children(...)`: what a checkpoint saves under obj."""
+    return obj._trackable_children(save_type, **kwargs)
+
+
+def lookup_dependency(obj, name):
+    """`obj._lookup_dependency(name)`: the child `name` of obj, or None."""
+    return obj._lookup_dependency(name)
+
+
+def deferred_dependencies(obj):
+    """`obj._deferred_dependencies`: restores waiting for a child to exist."""
+    return obj._deferred_dependencies
+
+
+def create_or_restore_slot(optimizer, position, slot_name, variable, **kw):
+    """OptimizerV2's `_create_or_restore_slot_variable` (tf_keras legacy)."""
+    return optimizer._create_or_restore_slot_variable(
+        slot_variable_position=position,
+        slot_name=slot_name,
+        variable=variable,
+        **kw,
+    )
+
+
+def restore_position(position, trackable):
+    """Restores a checkpoint position (from a deferred slot) into trackable."""
+    position.restore(trackable)
+
+
+# The attribute name under which checkpoints store a variable's value.
+VARIABLE_VALUE = "VARIABLE_VALUE"
+
+
+def keras_variable_index(optimizer, variable):
+    """Keras 3's `Optimizer._get_variable_index` (Keras 3.0-3.15)."""
+    return optimizer._get_variable_index(variable)
+
+
+def keras_trainable_variables(optimizer):
+    """The variables a built Keras 3 optimizer updates (Keras 3.0-3.15)."""
+    return optimizer._trainable_variables

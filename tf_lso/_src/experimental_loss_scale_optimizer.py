@@ -9,11 +9,10 @@ import numbers
 
 import keras
 
-from tf_lso._src import distribute
+from tf_lso._src import distribute, optimizer_config, serialization
 from tf_lso._src import inner_optimizer as inner_lib
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import loss_scale_optimizer as lso_lib
-from tf_lso._src import serialization
 
 
 def _to_loss_scale(loss_scale):
@@ -25,7 +24,7 @@ def _to_loss_scale(loss_scale):
     if isinstance(loss_scale, numbers.Real) and not isinstance(
         loss_scale, bool
     ):
-        value = lso_lib._positive_scale(loss_scale, "loss_scale")
+        value = optimizer_config.positive_scale(loss_scale, "loss_scale")
         return loss_scale_lib.FixedLossScale._unchecked(value)
     if serialization.is_tensorflow_loss_scale(loss_scale):
         loss_scale = serialization.from_tensorflow_loss_scale(loss_scale)
@@ -123,7 +122,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             loss_scale = serialization.deserialize(
                 config["loss_scale"], custom_objects
             )
-            lso_lib.check_config_multiplier(loss_scale)
+            optimizer_config.check_config_multiplier(loss_scale)
             inner_config = config["optimizer"]
         else:
             if config.get("dynamic", True):

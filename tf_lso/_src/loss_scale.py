@@ -277,10 +277,10 @@ class DynamicLossScale(LossScale):
         self._initial_loss_scale = initial
         self._increment_period = int(period)
         self._multiplier = factor
-        self.current_loss_scale = _state_variable(
+        self.current_loss_scale = state_variable(
             initial, tf.float32, "current_loss_scale"
         )
-        self.good_steps = _state_variable(0, tf.int64, "good_steps")
+        self.good_steps = state_variable(0, tf.int64, "good_steps")
 
     @property
     def initial_loss_scale(self):
@@ -389,7 +389,7 @@ class DynamicLossScale(LossScale):
         )
 
 
-def _state_variable(initial_value, dtype, name):
+def state_variable(initial_value, dtype, name):
     # Every replica computes the same new value (the finite check is reduced
     # across replicas first), so the first replica's write is everyone's.
     # That lets `update` assign in a replica context, which TF's NONE

@@ -1,46 +1,17 @@
 """`tf_lso.LossScaleOptimizer`: TF 2.4's `tf.keras.mixed_precision.LossScaleOptimizer`."""
 
-import numbers
-
 import keras
 import tensorflow as tf
 
-from tf_lso._src import distribute
+from tf_lso._src import checkpointing, distribute, inner_forwarding, optimizer_config
 from tf_lso._src import gradients as gradients_lib
-from tf_lso._src import inner_forwarding
 from tf_lso._src import inner_optimizer as inner_lib
 from tf_lso._src import loss_scale as loss_scale_lib
-from tf_lso._src import serialization
-
-
-def _positive_scale(value, name):
-    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f'"{name}" must be a number, but got: {value!r} of type '
-            f"{type(value).__name__}."
-        )
-    if not 0 < float(value) < float("inf"):
-        raise ValueError(
-            f'"{name}" must be positive and finite, but got: {value!r}.'
-        )
-    return float(value)
-
-
-def _growth_steps(value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(
-            '"dynamic_growth_steps" must be an int, but got: '
-            f"{value!r} of type {type(value).__name__}."
-        )
-    if value < 1:
-        raise ValueError(
-            f'"dynamic_growth_steps" must be at least 1, but got: {value!r}.'
-        )
-    return int(value)
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
 class LossScaleOptimizer(
+    checkpointing.OptimizerCheckpointing,
     inner_forwarding.InnerOptimizerForwarding,
     keras.optimizers.LossScaleOptimizer,
 ):
@@ -104,11 +75,11 @@ class LossScaleOptimizer(
         distribute.check_strategy_supported()
         if dynamic:
             loss_scale = loss_scale_lib.DynamicLossScale(
-                _positive_scale(
+                optimizer_config.positive_scale(
                     2.0**15 if initial_scale is None else initial_scale,
                     "initial_scale",
                 ),
-                _growth_steps(
+                optimizer_config.growth_steps(
                     2000 if dynamic_growth_steps is None
                     else dynamic_growth_steps
                 ),
@@ -126,7 +97,7 @@ class LossScaleOptimizer(
                     "with dynamic=True."
                 )
             loss_scale = loss_scale_lib.FixedLossScale._unchecked(
-                _positive_scale(initial_scale, "initial_scale")
+                optimizer_config.positive_scale(initial_scale, "initial_scale")
             )
         self._init_wrapper(inner_optimizer, adapter, loss_scale)
 
@@ -146,6 +117,10 @@ class LossScaleOptimizer(
         self._inner = adapter
         self._loss_scale = loss_scale
         self._keras_scaled_loss = False
+        self._skipped_steps = loss_scale_lib.state_variable(
+            0, tf.int64, "skipped_steps"
+        )
+        self._init_checkpointing()
         self._wrapper_ready = True
 
     # -- Loss scale state ---------------------------------------------------
@@ -169,6 +144,16 @@ class LossScaleOptimizer(
         return self._settings()[3]
 
     @property
+    def skipped_steps(self):
+        """The int64 number of steps skipped for non-finite gradients.
+
+        Counts the steps skipped since this optimizer was created (it is not
+        saved in checkpoints, whose layout stays TF 2.4's). A tf_lso
+        addition: neither TF nor Keras 3 report skipped steps.
+        """
+        return self._skipped_steps
+
+    @property
     def initial_scale(self):
         """The initial loss scale (a Python float)."""
         return self._settings()[1]
@@ -184,9 +169,13 @@ class LossScaleOptimizer(
         Args:
             var_list: The trainable variables the optimizer will update.
         """
-        self._inner.build(self._optimizer, list(var_list))
+        self._build_inner(list(var_list))
         self._trainable_variables = list(var_list)
         self.built = True
+
+    def _build_inner(self, var_list):
+        self._inner.build(self._optimizer, var_list)
+        self._restore_slots()
 
     def finalize_variable_values(self, var_list):
         """Forwards to the inner optimizer (Keras 3 EMA support)."""
@@ -333,10 +322,7 @@ class LossScaleOptimizer(
                 "experimental_aggregate_gradients=True instead."
             )
         # Variables cannot be created inside the cond below.
-        distribute.create_variables(
-            lambda var_list: self._inner.build(self._optimizer, var_list),
-            var_list,
-        )
+        distribute.create_variables(self._build_inner, var_list)
         if scaled:
             grads = gradients_lib.multiply_gradients(
                 grads, 1.0 / self._loss_scale()
@@ -350,6 +336,7 @@ class LossScaleOptimizer(
 
         def skip_fn():
             self._inner.increment_iterations(self._optimizer)
+            self._skipped_steps.assign_add(1)
 
         distribute.cond_on_all_replicas(
             should_apply, apply_fn, skip_fn, args=(grads, var_list)
@@ -454,46 +441,9 @@ class LossScaleOptimizer(
             ValueError: For a TF <= 2.3 config whose loss scale has no TF 2.4
                 equivalent.
         """
-        config = _upgrade_legacy_config(config)
+        config = optimizer_config.upgrade_legacy_config(config)
         config.pop("name", None)
         inner_optimizer = inner_lib.deserialize(
             config.pop("inner_optimizer"), custom_objects
         )
         return cls(inner_optimizer, **config)
-
-
-def check_config_multiplier(loss_scale):
-    """Rejects a deserialized DynamicLossScale whose multiplier is not 2."""
-    if (
-        isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
-        and loss_scale.multiplier != 2
-    ):
-        raise ValueError(
-            "Cannot deserialize LossScaleOptimizer with a DynamicLossScale "
-            f"whose multiplier is not 2. Got DynamicLossScale: {loss_scale!r}."
-            " Only a multiplier of 2 has a TF 2.4 equivalent."
-        )
-
-
-def _upgrade_legacy_config(config):
-    """Turns a TF <= 2.3 config (`optimizer`, `loss_scale`) into TF 2.4's."""
-    config = dict(config)
-    if "loss_scale" not in config:
-        return config
-    loss_scale = serialization.deserialize(config.pop("loss_scale"))
-    check_config_multiplier(loss_scale)
-    settings = loss_scale._optimizer_settings()
-    if settings is None:
-        raise ValueError(
-            "Serialized LossScaleOptimizers with a LossScale that is neither "
-            "a FixedLossScale nor a DynamicLossScale can no longer be "
-            f"deserialized. Got: {loss_scale!r}."
-        )
-    dynamic, initial_scale, growth_steps, _ = settings
-    config.update(
-        dynamic=dynamic,
-        initial_scale=initial_scale,
-        dynamic_growth_steps=growth_steps,
-    )
-    config["inner_optimizer"] = config.pop("optimizer")
-    return config

@@ -1,0 +1,373 @@
+"""Checkpoints: tf_lso's TF 2.3+ layout and every layout it restores."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+
+import tf_lso
+from tests import checkpoint_fixtures as fixtures
+from tests import test_util
+
+tf_keras = pytest.importorskip("tf_keras")
+
+# Gradient multipliers per step: inf makes the step overflow.
+FACTORS = (1.0, 1.0, np.inf, 1.0, 1.0, 1.0, np.inf, 1.0)
+
+
+def _keys(path):
+    return sorted(
+        name for name, _ in tf.train.list_variables(path)
+        if name.startswith("optimizer/") or ".OPTIMIZER_SLOT" in name
+    )
+
+
+def _state(model, opt):
+    """Everything a resumed run must get back, as numpy values."""
+    state = {
+        "weights": [v.numpy().tolist() for v in model.variables],
+        "iterations": test_util.num(opt.iterations),
+    }
+    if hasattr(opt, "loss_scale"):
+        state["loss_scale"] = test_util.num(opt.loss_scale)
+    if getattr(opt, "dynamic_counter", None) is not None:
+        state["counter"] = test_util.num(opt.dynamic_counter)
+    inner = opt.inner_optimizer if hasattr(opt, "inner_optimizer") else opt
+    variables = inner.variables
+    variables = variables() if callable(variables) else variables
+    # Sorted: a legacy optimizer lists slots in creation order, which
+    # differs when a restore creates them.
+    # Legacy names get the optimizer's name scope when created in a step.
+    scope = type(inner).__name__ + "/"
+    state["optimizer"] = sorted(
+        (v.name.removeprefix(scope), repr(np.asarray(v.numpy()).tolist()))
+        for v in variables
+    )
+    return state
+
+
+def _slots(opt, model, name):
+    return [opt.get_slot(v, name).numpy() for v in model.variables]
+
+
+class LayoutTest(tf.test.TestCase):
+    def test_keras3_inner_is_saved_like_the_bare_inner_plus_loss_scale(self):
+        lso_path = fixtures.train_and_save(
+            self.create_tempdir().full_path,
+            tf_lso.LossScaleOptimizer(keras.optimizers.Adam(0.1)),
+        )
+        bare_path = fixtures.train_and_save(
+            self.create_tempdir().full_path, keras.optimizers.Adam(0.1)
+        )
+        self.assertEqual(
+            _keys(lso_path),
+            sorted(_keys(bare_path) + [
+                "optimizer/loss_scale/current_loss_scale/.ATTRIBUTES/"
+                "VARIABLE_VALUE",
+                "optimizer/loss_scale/good_steps/.ATTRIBUTES/VARIABLE_VALUE",
+            ]),
+        )
+
+    def test_legacy_inner_is_saved_exactly_like_tf_keras(self):
+        ours = fixtures.train_and_save(
+            self.create_tempdir().full_path,
+            tf_lso.LossScaleOptimizer(
+                tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
+            ),
+        )
+        theirs = fixtures.train_and_save(
+            self.create_tempdir().full_path,
+            fixtures.tf_keras_lso(tf_keras.optimizers.legacy.SGD(0.1, 0.9)),
+        )
+        self.assertEqual(_keys(ours), _keys(theirs))
+        self.assertIn("model/w/.OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/"
+                      "VARIABLE_VALUE", _keys(ours))
+
+    def test_fixed_scale_has_no_loss_scale_node(self):
+        path = fixtures.train_and_save(
+            self.create_tempdir().full_path,
+            tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(0.1), dynamic=False, initial_scale=8
+            ),
+        )
+        self.assertFalse([k for k in _keys(path) if "loss_scale" in k])
+
+    def test_tf2_2_fixture_has_tf2_2_layout(self):
+        # Spec 2.7, as in TF's `lso_ckpt_tf2.2` test checkpoint.
+        _, _, path = fixtures.tf2_2_checkpoint(self.create_tempdir().full_path)
+        keys = _keys(path)
+        for key in ("optimizer/base_optimizer/iter",
+                    "optimizer/loss_scale/current_loss_scale",
+                    "optimizer/loss_scale/good_steps",
+                    "model/w/.OPTIMIZER_SLOT/optimizer/base_optimizer/momentum"):
+            self.assertIn(key + "/.ATTRIBUTES/VARIABLE_VALUE", keys)
+
+    def test_nothing_is_hidden_on_a_keras3_inner_optimizer(self):
+        inner = keras.optimizers.SGD(0.1, momentum=0.9)
+        opt = tf_lso.LossScaleOptimizer(inner)
+        fixtures.train(fixtures.Linear(), opt)
+        path = tf.train.Checkpoint(optimizer=inner).save(
+            self.create_tempdir().full_path + "/inner"
+        )
+        self.assertFalse([k for k in _keys(path) if "loss_scale" in k])
+
+
+class ResumeTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(
+        ("keras3_adam_eager", "keras3", False),
+        ("keras3_adam_function", "keras3", True),
+        ("legacy_adam_eager", "legacy", False),
+        ("legacy_adam_function", "legacy", True),
+    )
+    def test_resumed_run_is_bit_identical(self, kind, use_tf_function):
+        def make():
+            inner = (keras.optimizers.Adam(0.01) if kind == "keras3"
+                     else tf_keras.optimizers.legacy.Adam(0.01))
+            return fixtures.Linear(), tf_lso.LossScaleOptimizer(
+                inner, initial_scale=4, dynamic_growth_steps=2
+            )
+
+        model, opt = make()
+        fixtures.train(model, opt, FACTORS, use_tf_function)
+        expected = _state(model, opt)
+
+        model, opt = make()
+        fixtures.train(model, opt, FACTORS[:5], use_tf_function)
+        # 4 -> (finite, finite) 8 -> (overflow) 4 -> (finite, finite) 8.
+        self.assertEqual(test_util.num(opt.loss_scale), 8.0)
+        manager = tf.train.CheckpointManager(
+            tf.train.Checkpoint(model=model, optimizer=opt),
+            self.create_tempdir().full_path, max_to_keep=1,
+        )
+        manager.save()
+        model, opt = make()
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=opt)
+        status = checkpoint.restore(manager.latest_checkpoint)
+        fixtures.train(model, opt, FACTORS[5:], use_tf_function)
+        status.assert_consumed()
+        self.assertEqual(_state(model, opt), expected)
+
+    def test_resume_under_mirrored_strategy(self):
+        strategy = test_util.mirrored_strategy()
+
+        def make():
+            with strategy.scope():
+                return fixtures.Linear(), tf_lso.LossScaleOptimizer(
+                    keras.optimizers.SGD(0.1, momentum=0.9), initial_scale=4,
+                    dynamic_growth_steps=2,
+                )
+
+        model, opt = make()
+        fixtures.train(model, opt, FACTORS, True, strategy)
+        expected = _state(model, opt)
+        model, opt = make()
+        fixtures.train(model, opt, FACTORS[:5], True, strategy)
+        path = tf.train.Checkpoint(model=model, optimizer=opt).save(
+            self.create_tempdir().full_path + "/ckpt"
+        )
+        model, opt = make()
+        tf.train.Checkpoint(model=model, optimizer=opt).restore(path)
+        fixtures.train(model, opt, FACTORS[5:], True, strategy)
+        self.assertEqual(_state(model, opt), expected)
+
+
+class LegacyLayoutTest(tf.test.TestCase, parameterized.TestCase):
+    """Checkpoints written by tf_keras (TF 2.3/2.4 layout) and TF 2.2."""
+
+    def _tf_keras_checkpoint(self, inner):
+        model = fixtures.Linear()
+        opt = fixtures.tf_keras_lso(inner, initial_scale=4, growth_steps=2)
+        fixtures.train(model, opt, FACTORS[:5])
+        path = tf.train.Checkpoint(model=model, optimizer=opt).save(
+            self.create_tempdir().full_path + "/ckpt"
+        )
+        return path, model, opt
+
+    def _expect_restored(self, model, opt, source_model, source):
+        for var, source_var in zip(model.variables, source_model.variables):
+            self.assertAllEqual(var, source_var)
+        self.assertEqual(test_util.num(opt.loss_scale), 8.0)
+        self.assertEqual(test_util.num(opt.loss_scale),
+                         test_util.num(source.loss_scale))
+        self.assertEqual(test_util.num(opt.dynamic_counter),
+                         test_util.num(source.dynamic_counter))
+        self.assertEqual(test_util.num(opt.iterations), 5)
+
+    def test_tf_keras_checkpoint_into_tf_lso_with_legacy_inner(self):
+        path, source_model, source = self._tf_keras_checkpoint(
+            tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
+        )
+        model = fixtures.Linear()
+        opt = tf_lso.LossScaleOptimizer(
+            tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9),
+            initial_scale=1, dynamic_growth_steps=2,
+        )
+        status = tf.train.Checkpoint(model=model, optimizer=opt).restore(path)
+        fixtures.train(model, opt, [0.0])  # Builds the slots: restored then.
+        status.assert_consumed()
+        self.assertEqual(test_util.num(opt.iterations), 6)
+
+    @parameterized.named_parameters(
+        ("sgd", lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9),
+         lambda: keras.optimizers.SGD(0.5, momentum=0.9), {"momentum": 0}),
+        ("adam", lambda: tf_keras.optimizers.legacy.Adam(0.1, amsgrad=True),
+         lambda: keras.optimizers.Adam(0.5, amsgrad=True),
+         {"m": 0, "v": 1, "vhat": 2}),
+        ("rmsprop", lambda: tf_keras.optimizers.legacy.RMSprop(
+            0.1, momentum=0.5, centered=True),
+         lambda: keras.optimizers.RMSprop(0.5, momentum=0.5, centered=True),
+         {"rms": 0, "momentum": 1, "mg": 2}),
+    )
+    def test_tf_keras_checkpoint_into_tf_lso_with_keras3_inner(
+        self, legacy, new, slot_names
+    ):
+        path, source_model, source = self._tf_keras_checkpoint(legacy())
+        for build_first in (True, False):
+            model = fixtures.Linear()
+            opt = tf_lso.LossScaleOptimizer(
+                new(), initial_scale=1, dynamic_growth_steps=2
+            )
+            if build_first:
+                opt.build(model.variables)
+            status = tf.train.Checkpoint(model=model, optimizer=opt).restore(
+                path
+            )
+            opt.build(model.variables)
+            status.assert_existing_objects_matched()
+            self._expect_restored(model, opt, source_model, source)
+            self.assertEqual(float(opt.learning_rate), np.float32(0.1))
+            for legacy_name in slot_names:
+                expected = _slots(source, source_model, legacy_name)
+                for var, value in zip(model.variables, expected):
+                    self.assertAllEqual(
+                        fixtures.keras3_slot(opt.inner_optimizer, var,
+                                             legacy_name), value)
+
+    def test_tf_lso_checkpoint_into_tf_keras(self):
+        model = fixtures.Linear()
+        opt = tf_lso.LossScaleOptimizer(
+            tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9),
+            initial_scale=4, dynamic_growth_steps=2,
+        )
+        fixtures.train(model, opt, FACTORS[:5])
+        path = tf.train.Checkpoint(model=model, optimizer=opt).save(
+            self.create_tempdir().full_path + "/ckpt"
+        )
+        restored_model = fixtures.Linear()
+        theirs = fixtures.tf_keras_lso(
+            tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
+        )
+        status = tf.train.Checkpoint(
+            model=restored_model, optimizer=theirs
+        ).restore(path)
+        fixtures.train(restored_model, theirs, [0.0])
+        status.assert_consumed()
+        self.assertEqual(float(theirs.loss_scale), float(opt.loss_scale))
+        self.assertEqual(int(theirs.dynamic_counter), 1)
+
+    @parameterized.named_parameters(
+        ("legacy_inner",
+         lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
+        ("keras3_inner", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+    )
+    def test_tf2_2_checkpoint(self, make_inner):
+        source_model, source, path = fixtures.tf2_2_checkpoint(
+            self.create_tempdir().full_path
+        )
+        model = fixtures.Linear()
+        opt = tf_lso.LossScaleOptimizer(make_inner())
+        status = tf.train.Checkpoint(model=model, optimizer=opt).restore(path)
+        opt.build(model.variables)
+        status.assert_existing_objects_matched()
+        self.assertEqual(test_util.num(opt.loss_scale), 32768.0)
+        self.assertEqual(test_util.num(opt.dynamic_counter), 1)
+        self.assertEqual(test_util.num(opt.iterations), 1)
+        for var, source_var in zip(model.variables, source_model.variables):
+            self.assertAllEqual(
+                fixtures.keras3_slot(opt.inner_optimizer, var, "momentum")
+                if isinstance(opt.inner_optimizer, keras.optimizers.Optimizer)
+                else opt.get_slot(var, "momentum"),
+                source.get_slot(source_var, "momentum"),
+            )
+
+
+class KerasLossScaleOptimizerLayoutTest(tf.test.TestCase):
+    def test_keras3_lso_checkpoint_into_tf_lso(self):
+        source_model = fixtures.Linear()
+        source = keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.SGD(0.25, momentum=0.9), initial_scale=4.0,
+            dynamic_growth_steps=2,
+        )
+        fixtures.train(source_model, source, FACTORS[:5])
+        path = tf.train.Checkpoint(
+            model=source_model, optimizer=source
+        ).save(self.create_tempdir().full_path + "/ckpt")
+        model = fixtures.Linear()
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.5, 0.9))
+        tf.train.Checkpoint(model=model, optimizer=opt).restore(
+            path
+        ).assert_existing_objects_matched()
+        opt.build(model.variables)
+        self.assertEqual(test_util.num(opt.loss_scale),
+                         test_util.num(source.dynamic_scale))
+        self.assertEqual(test_util.num(opt.dynamic_counter),
+                         test_util.num(source.step_counter))
+        # Keras 3's class does not count skipped steps: 4 of 5.
+        self.assertEqual(test_util.num(opt.iterations), 4)
+        self.assertEqual(test_util.num(source.iterations), 4)
+        self.assertEqual(float(opt.learning_rate), 0.25)
+        self.assertEqual(_state(model, opt)["optimizer"],
+                         _state(source_model, source.inner_optimizer)
+                         ["optimizer"])
+
+
+class CrossRestoreTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(
+        ("keras3", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+        ("legacy", lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
+    )
+    def test_lso_checkpoint_into_plain_optimizer(self, make_inner):
+        model = fixtures.Linear()
+        opt = tf_lso.LossScaleOptimizer(make_inner(), initial_scale=4)
+        fixtures.train(model, opt, FACTORS[:3])
+        path = tf.train.Checkpoint(model=model, optimizer=opt).save(
+            self.create_tempdir().full_path + "/ckpt"
+        )
+        plain_model, plain = fixtures.Linear(), make_inner()
+        status = tf.train.Checkpoint(
+            model=plain_model, optimizer=plain
+        ).restore(path).expect_partial()
+        fixtures.build(plain, plain_model.variables)
+        status.assert_existing_objects_matched()
+        self.assertEqual(test_util.num(plain.iterations), 3)
+        self.assertEqual(_state(plain_model, plain)["optimizer"],
+                         _state(model, opt)["optimizer"])
+
+    @parameterized.named_parameters(
+        ("keras3", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+        ("legacy", lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
+    )
+    def test_plain_checkpoint_into_lso(self, make_inner):
+        model, plain = fixtures.Linear(), make_inner()
+        fixtures.train(model, plain, FACTORS[:2])
+        path = tf.train.Checkpoint(model=model, optimizer=plain).save(
+            self.create_tempdir().full_path + "/ckpt"
+        )
+        restored = fixtures.Linear()
+        opt = tf_lso.LossScaleOptimizer(make_inner(), initial_scale=4)
+        status = tf.train.Checkpoint(model=restored, optimizer=opt).restore(
+            path
+        )
+        opt.build(restored.variables)
+        # The loss scale is not in the checkpoint, so not everything matches.
+        status.assert_nontrivial_match()
+        self.assertEqual(test_util.num(opt.loss_scale), 4.0)
+        self.assertEqual(test_util.num(opt.dynamic_counter), 0)
+        self.assertEqual(test_util.num(opt.iterations), 2)
+        self.assertEqual(_state(restored, opt)["optimizer"],
+                         _state(model, plain)["optimizer"])
+
+
+if __name__ == "__main__":
+    tf.test.main()

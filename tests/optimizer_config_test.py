@@ -1,0 +1,61 @@
+"""Tests for tf_lso._src.optimizer_config: argument checks and old configs."""
+
+import pytest
+
+from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import optimizer_config
+
+
+@pytest.mark.parametrize("value", [1, 2.5, 2**15])
+def test_positive_scale_accepts_positive_numbers(value):
+    assert optimizer_config.positive_scale(value, "initial_scale") == value
+
+
+@pytest.mark.parametrize("value, error, message", [
+    ("8", TypeError, 'must be a number, but got: \'8\' of type str'),
+    (True, TypeError, "must be a number"),
+    (0, ValueError, "must be positive and finite, but got: 0"),
+    (float("inf"), ValueError, "must be positive and finite"),
+    (float("nan"), ValueError, "must be positive and finite"),
+])
+def test_positive_scale_rejects(value, error, message):
+    with pytest.raises(error, match=message):
+        optimizer_config.positive_scale(value, "initial_scale")
+
+
+@pytest.mark.parametrize("value, error", [
+    (0, ValueError), (2.0, TypeError), (True, TypeError),
+])
+def test_growth_steps_rejects(value, error):
+    with pytest.raises(error, match='"dynamic_growth_steps"'):
+        optimizer_config.growth_steps(value)
+
+
+def test_upgrade_tf2_3_config():
+    config = {
+        "optimizer": {"class_name": "SGD", "config": {"learning_rate": 1.0}},
+        "loss_scale": {
+            "class_name": "DynamicLossScale",
+            "config": {"initial_loss_scale": 8.0, "increment_period": 5,
+                       "multiplier": 2.0},
+        },
+    }
+    assert optimizer_config.upgrade_legacy_config(config) == {
+        "inner_optimizer": config["optimizer"],
+        "dynamic": True,
+        "initial_scale": 8.0,
+        "dynamic_growth_steps": 5,
+    }
+
+
+def test_tf2_4_config_is_unchanged():
+    config = {"inner_optimizer": {}, "dynamic": False, "initial_scale": 2.0,
+              "dynamic_growth_steps": None}
+    assert optimizer_config.upgrade_legacy_config(config) == config
+
+
+def test_multiplier_other_than_2_is_rejected():
+    with pytest.raises(ValueError, match="multiplier is not 2"):
+        optimizer_config.check_config_multiplier(
+            loss_scale_lib.DynamicLossScale(multiplier=4.0)
+        )
