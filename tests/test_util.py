@@ -20,7 +20,9 @@ def mirrored_strategy():
 
     Every MirroredStrategy numbers its collectives from the same start, so
     two instances in one process can pair up unrelated collectives ("Shape
-    mismatch in the collective instance"). Sharing one avoids that.
+    mismatch in the collective instance"). Sharing one avoids that, so
+    import this module as `import test_util` everywhere: `from tests import
+    test_util` would be a second module with a second strategy.
     """
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
