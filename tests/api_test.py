@@ -4,24 +4,27 @@ import doctest
 import importlib
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_lso
+from tf_lso._src import callbacks
 from tf_lso._src import experimental_loss_scale_optimizer
 from tf_lso._src import loss_scale
 from tf_lso._src import loss_scale_optimizer
 from tf_lso._src import serialization
 
 PUBLIC = {
-    "tf_lso": {"LossScaleOptimizer", "experimental"},
+    "tf_lso": {"LossScaleOptimizer", "callbacks", "experimental"},
+    "tf_lso.callbacks": {"LossScaleMonitor"},
     "tf_lso.experimental": {
         "DynamicLossScale", "FixedLossScale", "LossScale",
         "LossScaleOptimizer", "deserialize", "get", "serialize",
     },
 }
 DOCTESTED_MODULES = [
-    experimental_loss_scale_optimizer, loss_scale, loss_scale_optimizer,
+    callbacks, experimental_loss_scale_optimizer, loss_scale, loss_scale_optimizer,
     serialization,
 ]
 
@@ -42,7 +45,8 @@ def test_version():
 def test_public_methods_have_docstrings():
     for cls in (tf_lso.LossScaleOptimizer, tf_lso.experimental.LossScaleOptimizer,
                 tf_lso.experimental.DynamicLossScale,
-                tf_lso.experimental.FixedLossScale):
+                tf_lso.experimental.FixedLossScale,
+                tf_lso.callbacks.LossScaleMonitor):
         for name, member in vars(cls).items():
             if name.startswith("_") or not callable(member):
                 continue
@@ -53,7 +57,7 @@ def test_public_methods_have_docstrings():
     "module", DOCTESTED_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1]
 )
 def test_docstring_examples(module):
-    globs = {"tf": tf, "tf_lso": tf_lso, "keras": keras}
+    globs = {"tf": tf, "tf_lso": tf_lso, "keras": keras, "np": np}
     result = doctest.testmod(
         module, extraglobs=globs, optionflags=doctest.ELLIPSIS, verbose=False
     )

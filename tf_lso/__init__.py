@@ -1,5 +1,6 @@
 """tf_lso: TensorFlow's legacy mixed-precision loss scaling API, on Keras 3."""
 
+from tf_lso import callbacks
 from tf_lso import experimental
 from tf_lso._src.loss_scale_optimizer import LossScaleOptimizer
 
@@ -7,5 +8,6 @@ __version__ = "0.1.0.dev0"
 
 __all__ = (
     "LossScaleOptimizer",
+    "callbacks",
     "experimental",
 )

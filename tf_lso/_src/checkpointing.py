@@ -19,6 +19,8 @@ The methods below implement TensorFlow's `Trackable` protocol; every call
 into another object's private tracking API goes through `compat`.
 """
 
+import warnings
+
 import keras
 import tensorflow as tf
 
@@ -120,6 +122,38 @@ class OptimizerCheckpointing:
             )
             return None
         return _keras_slot(self._optimizer, variable, slot_name)
+
+    # -- `.keras` files ------------------------------------------------------
+    # Keras saves the inner optimizer itself (as `inner_optimizer`); the
+    # wrapper's own entry holds the loss scale state.
+
+    def save_own_variables(self, store):
+        """Saves the loss scale state (`.keras` files).
+
+        Args:
+            store: The dict-like store Keras passes.
+        """
+        for i, variable in enumerate(self._loss_scale.variables):
+            store[str(i)] = variable.numpy()
+
+    def load_own_variables(self, store):
+        """Loads the loss scale state saved by `save_own_variables`.
+
+        Args:
+            store: The dict-like store Keras passes.
+        """
+        variables = self._loss_scale.variables
+        if len(store.keys()) != len(variables):
+            warnings.warn(
+                f"Skipping loading the loss scale of optimizer "
+                f"'{self.name}': the file holds {len(store.keys())} values "
+                f"but the loss scale has {len(variables)} variables. The loss "
+                "scale starts from its initial value.",
+                stacklevel=2,
+            )
+            return
+        for i, variable in enumerate(variables):
+            variable.assign(store[str(i)])
 
     def _restore_slots(self):
         """Restores TF 2.x slots that arrived before the inner was built."""

@@ -1,0 +1,5 @@
+"""Keras callbacks for loss scale optimizers."""
+
+from tf_lso._src.callbacks import LossScaleMonitor
+
+__all__ = ["LossScaleMonitor"]
