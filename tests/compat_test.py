@@ -93,5 +93,4 @@ def test_keras_optimizer_variable_index_hooks():
     optimizer = keras.optimizers.SGD(1.0, momentum=0.5)
     a, b = tf.Variable(1.0), tf.Variable(2.0)
     optimizer.build([a, b])
-    assert compat.keras_variable_index(optimizer, b) == 1
     assert list(compat.keras_trainable_variables(optimizer)) == [a, b]

@@ -101,7 +101,8 @@ class OptimizerCheckpointing:
 
     def _inner_dependency(self, name):
         child = compat.lookup_dependency(self._optimizer, name)
-        if child is None and isinstance(self._optimizer, keras.optimizers.Optimizer):
+        keras_inner = isinstance(self._optimizer, keras.optimizers.Optimizer)
+        if child is None and keras_inner:
             child = _keras_legacy_dependency(self._optimizer, name)
         return child
 
@@ -238,13 +239,16 @@ def _keras_slot(optimizer, variable, slot_name):
         name = f"{prefix}_{suffix}"
         matches = [v for v in optimizer.variables if v.name == name]
         if len(matches) > 1:
-            index = compat.keras_variable_index(optimizer, variable)
+            # Several variables share the name: slots follow the order of
+            # the variables the optimizer was built with.
             same_prefix = [
-                i for i, v in enumerate(compat.keras_trainable_variables(
-                    optimizer
-                )) if _slot_prefix(v) == prefix
+                v for v in compat.keras_trainable_variables(optimizer)
+                if _slot_prefix(v) == prefix
             ]
-            matches = [matches[same_prefix.index(index)]]
+            position = [v is variable for v in same_prefix]
+            if position.count(True) != 1 or len(same_prefix) != len(matches):
+                return None
+            matches = [matches[position.index(True)]]
         if matches and tuple(matches[0].shape) == tuple(variable.shape):
             return matches[0]
     return None

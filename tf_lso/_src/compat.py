@@ -133,11 +133,6 @@ def restore_position(position, trackable):
 VARIABLE_VALUE = "VARIABLE_VALUE"
 
 
-def keras_variable_index(optimizer, variable):
-    """Keras 3's `Optimizer._get_variable_index` (Keras 3.0-3.15)."""
-    return optimizer._get_variable_index(variable)
-
-
 def keras_trainable_variables(optimizer):
     """The variables a built Keras 3 optimizer updates (Keras 3.0-3.15)."""
     return optimizer._trainable_variables

@@ -3,10 +3,13 @@
 import keras
 import tensorflow as tf
 
-from tf_lso._src import checkpointing, distribute, inner_forwarding, optimizer_config
+from tf_lso._src import checkpointing
+from tf_lso._src import distribute
 from tf_lso._src import gradients as gradients_lib
+from tf_lso._src import inner_forwarding
 from tf_lso._src import inner_optimizer as inner_lib
 from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import optimizer_config
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
