@@ -67,12 +67,14 @@ def tf_keras_lso(inner, initial_scale=None, growth_steps=None):
     return tf_keras.mixed_precision.LossScaleOptimizer(inner, **kwargs)
 
 
-def train_and_save(directory, opt):
+def train_and_save(directory, opt, factors=(1.0, 1.0, np.inf)):
+    """Trains a new `Linear` with `opt`; returns it and the checkpoint path."""
     model = Linear()
-    train(model, opt, (1.0, 1.0, np.inf))
-    return tf.train.Checkpoint(model=model, optimizer=opt).save(
+    train(model, opt, factors)
+    path = tf.train.Checkpoint(model=model, optimizer=opt).save(
         directory + "/ckpt"
     )
+    return model, path
 
 
 def tf2_2_checkpoint(directory):

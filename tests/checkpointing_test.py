@@ -53,11 +53,11 @@ def _slots(opt, model, name):
 
 class LayoutTest(tf.test.TestCase):
     def test_keras3_inner_is_saved_like_the_bare_inner_plus_loss_scale(self):
-        lso_path = fixtures.train_and_save(
+        _, lso_path = fixtures.train_and_save(
             self.create_tempdir().full_path,
             tf_lso.LossScaleOptimizer(keras.optimizers.Adam(0.1)),
         )
-        bare_path = fixtures.train_and_save(
+        _, bare_path = fixtures.train_and_save(
             self.create_tempdir().full_path, keras.optimizers.Adam(0.1)
         )
         self.assertEqual(
@@ -70,13 +70,13 @@ class LayoutTest(tf.test.TestCase):
         )
 
     def test_legacy_inner_is_saved_exactly_like_tf_keras(self):
-        ours = fixtures.train_and_save(
+        _, ours = fixtures.train_and_save(
             self.create_tempdir().full_path,
             tf_lso.LossScaleOptimizer(
                 tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
             ),
         )
-        theirs = fixtures.train_and_save(
+        _, theirs = fixtures.train_and_save(
             self.create_tempdir().full_path,
             fixtures.tf_keras_lso(tf_keras.optimizers.legacy.SGD(0.1, 0.9)),
         )
@@ -85,7 +85,7 @@ class LayoutTest(tf.test.TestCase):
                       "VARIABLE_VALUE", _keys(ours))
 
     def test_fixed_scale_has_no_loss_scale_node(self):
-        path = fixtures.train_and_save(
+        _, path = fixtures.train_and_save(
             self.create_tempdir().full_path,
             tf_lso.LossScaleOptimizer(
                 keras.optimizers.SGD(0.1), dynamic=False, initial_scale=8
@@ -176,11 +176,9 @@ class LegacyLayoutTest(tf.test.TestCase, parameterized.TestCase):
     """Checkpoints written by tf_keras (TF 2.3/2.4 layout) and TF 2.2."""
 
     def _tf_keras_checkpoint(self, inner):
-        model = fixtures.Linear()
         opt = fixtures.tf_keras_lso(inner, initial_scale=4, growth_steps=2)
-        fixtures.train(model, opt, FACTORS[:5])
-        path = tf.train.Checkpoint(model=model, optimizer=opt).save(
-            self.create_tempdir().full_path + "/ckpt"
+        model, path = fixtures.train_and_save(
+            self.create_tempdir().full_path, opt, FACTORS[:5]
         )
         return path, model, opt
 
@@ -249,14 +247,12 @@ class LegacyLayoutTest(tf.test.TestCase, parameterized.TestCase):
                                              legacy_name), value)
 
     def test_tf_lso_checkpoint_into_tf_keras(self):
-        model = fixtures.Linear()
         opt = tf_lso.LossScaleOptimizer(
             tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9),
             initial_scale=4, dynamic_growth_steps=2,
         )
-        fixtures.train(model, opt, FACTORS[:5])
-        path = tf.train.Checkpoint(model=model, optimizer=opt).save(
-            self.create_tempdir().full_path + "/ckpt"
+        _, path = fixtures.train_and_save(
+            self.create_tempdir().full_path, opt, FACTORS[:5]
         )
         restored_model = fixtures.Linear()
         theirs = fixtures.tf_keras_lso(
@@ -298,15 +294,13 @@ class LegacyLayoutTest(tf.test.TestCase, parameterized.TestCase):
 
 class KerasLossScaleOptimizerLayoutTest(tf.test.TestCase):
     def test_keras3_lso_checkpoint_into_tf_lso(self):
-        source_model = fixtures.Linear()
         source = keras.optimizers.LossScaleOptimizer(
             keras.optimizers.SGD(0.25, momentum=0.9), initial_scale=4.0,
             dynamic_growth_steps=2,
         )
-        fixtures.train(source_model, source, FACTORS[:5])
-        path = tf.train.Checkpoint(
-            model=source_model, optimizer=source
-        ).save(self.create_tempdir().full_path + "/ckpt")
+        source_model, path = fixtures.train_and_save(
+            self.create_tempdir().full_path, source, FACTORS[:5]
+        )
         model = fixtures.Linear()
         opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.5, 0.9))
         tf.train.Checkpoint(model=model, optimizer=opt).restore(
@@ -332,11 +326,9 @@ class CrossRestoreTest(tf.test.TestCase, parameterized.TestCase):
         ("legacy", lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
     )
     def test_lso_checkpoint_into_plain_optimizer(self, make_inner):
-        model = fixtures.Linear()
         opt = tf_lso.LossScaleOptimizer(make_inner(), initial_scale=4)
-        fixtures.train(model, opt, FACTORS[:3])
-        path = tf.train.Checkpoint(model=model, optimizer=opt).save(
-            self.create_tempdir().full_path + "/ckpt"
+        model, path = fixtures.train_and_save(
+            self.create_tempdir().full_path, opt, FACTORS[:3]
         )
         plain_model, plain = fixtures.Linear(), make_inner()
         status = tf.train.Checkpoint(
@@ -353,10 +345,9 @@ class CrossRestoreTest(tf.test.TestCase, parameterized.TestCase):
         ("legacy", lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
     )
     def test_plain_checkpoint_into_lso(self, make_inner):
-        model, plain = fixtures.Linear(), make_inner()
-        fixtures.train(model, plain, FACTORS[:2])
-        path = tf.train.Checkpoint(model=model, optimizer=plain).save(
-            self.create_tempdir().full_path + "/ckpt"
+        plain = make_inner()
+        model, path = fixtures.train_and_save(
+            self.create_tempdir().full_path, plain, FACTORS[:2]
         )
         restored = fixtures.Linear()
         opt = tf_lso.LossScaleOptimizer(make_inner(), initial_scale=4)

@@ -191,7 +191,7 @@ class _InnerOptimizerView(compat.Trackable):
 
     @property
     def _deferred_dependencies(self):
-        return compat.deferred_dependencies(self._owner._optimizer)
+        return self._owner._deferred_dependencies
 
     def _create_or_restore_slot_variable(
         self, slot_variable_position, slot_name, variable, **kwargs
