@@ -94,3 +94,25 @@ def test_keras_optimizer_variable_index_hooks():
     a, b = tf.Variable(1.0), tf.Variable(2.0)
     optimizer.build([a, b])
     assert list(compat.keras_trainable_variables(optimizer)) == [a, b]
+
+
+def test_keras_apply_without_all_reduce_hook():
+    import keras
+
+    import test_util
+
+    strategy = test_util.mirrored_strategy()
+    with strategy.scope():
+        var = tf.Variable(0.0)
+        optimizer = keras.optimizers.SGD(1.0)
+        optimizer.build([var])
+
+    def step():
+        grad = tf.cast(test_util.replica_id() + 1, tf.float32)
+        compat.keras_apply_without_all_reduce(optimizer, [(grad, var)])
+
+    strategy.run(step)
+    # Each replica applied its own gradient: nothing was summed.
+    local = strategy.experimental_local_results(var)
+    assert [float(v) for v in local] == [-1.0, -2.0]
+    assert "_all_reduce_sum_gradients" not in vars(optimizer)

@@ -351,23 +351,6 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
             ):
                 opt.apply_gradients([(tf.constant(1.0), var)])
 
-    def test_unaggregated_gradients_with_keras3_inner_are_refused(self):
-        strategy = test_util.mirrored_strategy()
-        with strategy.scope():
-            var = tf.Variable(1.0)
-            opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0))
-        with self.assertRaisesRegex(NotImplementedError, "summed twice"):
-            strategy.run(lambda: opt.apply_gradients(
-                [(tf.constant(1.0), var)],
-                experimental_aggregate_gradients=False,
-            ))
-        # Without a multi-replica strategy there is nothing to aggregate.
-        single = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0), False, 1)
-        plain_var = tf.Variable(1.0)
-        single.apply_gradients([(tf.constant(1.0), plain_var)],
-                               experimental_aggregate_gradients=False)
-        self.assertEqual(float(plain_var), 0.0)
-
     def test_unsupported_strategy(self):
         strategy = tf.distribute.experimental.CentralStorageStrategy(
             ["/cpu:0", "/cpu:1"]

@@ -31,7 +31,16 @@ def default_strategy():
     return tf.distribute.get_strategy()
 
 
-STRATEGIES = {"default": default_strategy, "mirrored": mirrored_strategy}
+@functools.lru_cache(maxsize=None)
+def one_device_strategy():
+    return tf.distribute.OneDeviceStrategy("/cpu:0")
+
+
+STRATEGIES = {
+    "default": default_strategy,
+    "one_device": one_device_strategy,
+    "mirrored": mirrored_strategy,
+}
 
 
 def strategy_and_mode_cases(prefix=""):

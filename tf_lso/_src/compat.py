@@ -7,6 +7,7 @@ of them.
 """
 
 import sys
+import threading
 
 MIN_TENSORFLOW = (2, 16)
 MIN_KERAS = (3, 0)
@@ -136,3 +137,39 @@ VARIABLE_VALUE = "VARIABLE_VALUE"
 def keras_trainable_variables(optimizer):
     """The variables a built Keras 3 optimizer updates (Keras 3.0-3.15)."""
     return optimizer._trainable_variables
+
+
+_NO_ALL_REDUCE_LOCK = threading.Lock()
+
+
+def keras_apply_without_all_reduce(optimizer, grads_and_vars):
+    """Applies gradients with a Keras 3 optimizer, skipping its all-reduce.
+
+    Private hook: Keras 3's TensorFlow optimizers (Keras 3.0-3.15) always sum
+    gradients across replicas in `TFOptimizer._all_reduce_sum_gradients`,
+    with no public switch (tf_keras has `skip_gradients_aggregation`). For
+    `experimental_aggregate_gradients=False` the instance's method is shadowed
+    by the identity while `apply_gradients` runs (it runs once per trace).
+    MirroredStrategy runs each replica in its own thread, so the shadow stays
+    until the last replica's call has returned.
+    """
+    if not hasattr(type(optimizer), "_all_reduce_sum_gradients"):
+        raise NotImplementedError(
+            "apply_gradients(..., experimental_aggregate_gradients=False) "
+            f"needs Keras 3's TFOptimizer._all_reduce_sum_gradients, which "
+            f"{type(optimizer).__name__} does not have in this Keras version. "
+            "Pass the per-replica gradients with "
+            "experimental_aggregate_gradients=True instead."
+        )
+    state = vars(optimizer)
+    with _NO_ALL_REDUCE_LOCK:
+        state["_tf_lso_no_all_reduce"] = state.get("_tf_lso_no_all_reduce", 0) + 1
+        state["_all_reduce_sum_gradients"] = list
+    try:
+        optimizer.apply_gradients(grads_and_vars)
+    finally:
+        with _NO_ALL_REDUCE_LOCK:
+            state["_tf_lso_no_all_reduce"] -= 1
+            if not state["_tf_lso_no_all_reduce"]:
+                del state["_tf_lso_no_all_reduce"]
+                del state["_all_reduce_sum_gradients"]

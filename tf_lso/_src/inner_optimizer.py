@@ -18,8 +18,6 @@ class _KerasInner:
     """A Keras 3 optimizer."""
 
     has_slots = False
-    # Keras 3 optimizers always sum gradients across replicas.
-    can_skip_aggregation = False
 
     def build(self, optimizer, var_list):
         if not optimizer.built:
@@ -28,8 +26,10 @@ class _KerasInner:
 
     def apply(self, optimizer, grads_and_vars, name, aggregate):
         del name  # Keras 3 optimizers take no name.
-        del aggregate  # Keras 3 optimizers always sum across replicas.
-        optimizer.apply_gradients(grads_and_vars)
+        if aggregate:
+            optimizer.apply_gradients(grads_and_vars)
+        else:
+            compat.keras_apply_without_all_reduce(optimizer, grads_and_vars)
 
     def serialize(self, optimizer):
         return keras.optimizers.serialize(optimizer)
@@ -46,8 +46,6 @@ class _KerasInner:
 
 class _TfKerasInner(_KerasInner):
     """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
-
-    can_skip_aggregation = True
 
     def build(self, optimizer, var_list):
         optimizer.build(var_list)  # A no-op once built.

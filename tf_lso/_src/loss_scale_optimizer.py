@@ -313,17 +313,6 @@ class LossScaleOptimizer(
     def _apply(self, grads, var_list, name, aggregate, scaled):
         distribute.check_replica_context("apply_gradients")
         distribute.check_strategy_supported()
-        if not aggregate and not self._inner.can_skip_aggregation and (
-            tf.distribute.get_strategy().num_replicas_in_sync > 1
-        ):
-            raise NotImplementedError(
-                "apply_gradients(..., experimental_aggregate_gradients=False) "
-                "is not supported yet for a Keras 3 inner optimizer under a "
-                "strategy with several replicas: Keras 3 optimizers always "
-                "sum gradients across replicas, so already-reduced gradients "
-                "would be summed twice. Pass the per-replica gradients with "
-                "experimental_aggregate_gradients=True instead."
-            )
         # Variables cannot be created inside the cond below.
         distribute.create_variables(self._build_inner, var_list)
         if scaled:

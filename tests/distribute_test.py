@@ -1,0 +1,214 @@
+"""Tests for tf_lso._src.distribute: one skip decision for every replica.
+
+Custom loops and `fit` under MirroredStrategy (two logical CPUs) and
+OneDeviceStrategy; multi-worker runs are in multi_worker_test.py.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+
+import tf_lso
+from tf_lso._src import distribute
+from tf_lso._src import gradients
+
+import test_util
+
+INF = float("inf")
+
+
+def _inner(kind, learning_rate):
+    if kind == "keras":
+        return keras.optimizers.SGD(learning_rate)
+    tf_keras = pytest.importorskip("tf_keras")
+    if kind == "tf_keras":
+        return tf_keras.optimizers.SGD(learning_rate)
+    return tf_keras.optimizers.legacy.SGD(learning_rate)
+
+
+def _local_values(strategy, value):
+    if isinstance(value, keras.Variable):
+        value = value.value
+    return [v.numpy() for v in strategy.experimental_local_results(value)]
+
+
+class AggregationTest(tf.test.TestCase, parameterized.TestCase):
+    """`experimental_aggregate_gradients`, for every kind of inner optimizer."""
+
+    @parameterized.product(
+        kind=["keras", "tf_keras", "tf_keras_legacy"],
+        use_tf_function=[False, True],
+    )
+    def test_reduced_once(self, kind, use_tf_function):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            summed = tf.Variable(1.0)
+            reduced_by_user = tf.Variable(1.0)
+            opt = tf_lso.LossScaleOptimizer(_inner(kind, 1.0), initial_scale=4)
+            user_opt = tf_lso.LossScaleOptimizer(_inner(kind, 1.0),
+                                                 initial_scale=4)
+
+        def step(bad):
+            # Replica 0 contributes 1 and replica 1 contributes 2 (or inf).
+            grad = tf.cast(test_util.replica_id() + 1, tf.float32)
+            grad = tf.where(bad & (grad > 1.0), INF, grad)
+            opt.apply_gradients([(grad, summed)])
+            context = tf.distribute.get_replica_context()
+            total = context.all_reduce(tf.distribute.ReduceOp.SUM, grad)
+            user_opt.apply_gradients(
+                [(total, reduced_by_user)],
+                experimental_aggregate_gradients=False,
+            )
+
+        run = test_util.maybe_function(
+            lambda bad: strategy.run(step, args=(bad,)), use_tf_function
+        )
+        run(tf.constant(False))
+        # Summed once: 1 - (1 + 2), not 1 - 2 * (1 + 2).
+        self.assertEqual(_local_values(strategy, summed), [-2.0, -2.0])
+        self.assertEqual(_local_values(strategy, reduced_by_user), [-2.0, -2.0])
+        run(tf.constant(True))
+        self.assertEqual(_local_values(strategy, summed), [-2.0, -2.0])
+        self.assertEqual(_local_values(strategy, reduced_by_user), [-2.0, -2.0])
+        for optimizer in (opt, user_opt):
+            self.assertEqual(float(optimizer.loss_scale), 2.0)
+            self.assertEqual(test_util.num(optimizer.skipped_steps), 1)
+            self.assertEqual(test_util.num(optimizer.iterations), 2)
+
+    def test_without_replicas_nothing_to_aggregate(self):
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0), False, 1)
+        var = tf.Variable(1.0)
+        opt.apply_gradients([(tf.constant(1.0), var)],
+                            experimental_aggregate_gradients=False)
+        self.assertEqual(float(var), 0.0)
+
+
+class ReplicaOverflowTest(tf.test.TestCase, parameterized.TestCase):
+    """A non-finite gradient on one replica skips the step on all of them."""
+
+    @parameterized.product(bad_replica=[0, 1], use_tf_function=[False, True])
+    def test_every_copy_stays_identical(self, bad_replica, use_tf_function):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var = tf.Variable([1.0, -1.0])
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.Adam(0.1), initial_scale=64,
+                dynamic_growth_steps=2,
+            )
+
+        def step(bad):
+            grad = tf.constant([0.5, 0.25])
+            on_bad = tf.equal(test_util.replica_id(), bad_replica) & bad
+            opt.apply_gradients([(tf.where(on_bad, INF, grad), var)])
+
+        run = test_util.maybe_function(
+            lambda bad: strategy.run(step, args=(bad,)), use_tf_function
+        )
+        run(tf.constant(False))
+        scale_state = list(opt._loss_scale.variables)  # scale, good steps
+        model_state = [var] + [v for v in opt.variables
+                               if v is not opt.iterations]
+        before = [_local_values(strategy, v) for v in model_state]
+        run(tf.constant(True))
+        for variable, old in zip(model_state, before):
+            new = _local_values(strategy, variable)
+            self.assertAllEqual(new[0], new[1], msg=variable.name)
+            self.assertAllEqual(new[0], old[0], msg=variable.name)
+        for variable, expected in zip(
+            scale_state + [opt.iterations, opt.skipped_steps], [32, 0, 2, 1]
+        ):
+            self.assertEqual(_local_values(strategy, variable),
+                             [expected, expected], msg=variable.name)
+
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(64, 4)).astype("float32")
+Y = RNG.normal(size=(64, 1)).astype("float32")
+
+
+def _fit(strategy, make_optimizer, x=X, y=Y, **compile_kwargs):
+    """Trains a small model for 2 epochs of 4 batches of 16 under `strategy`."""
+    with strategy.scope():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="tanh"),
+            keras.layers.Dense(1),
+        ])
+        optimizer = make_optimizer()
+        model.compile(optimizer, "mse", **compile_kwargs)
+    model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    return [w.numpy() for w in model.weights], optimizer
+
+
+class FitTest(tf.test.TestCase, parameterized.TestCase):
+    # Keras 3 cannot run `fit` with jit_compile=True under MirroredStrategy
+    # even with a bare optimizer (XLA reads replica 1's variables from CPU:0).
+    @parameterized.named_parameters(
+        ("one_device", "one_device", {}),
+        ("one_device_jit", "one_device", {"jit_compile": True}),
+        ("mirrored", "mirrored", {}),
+    )
+    def test_fit_matches_single_device(self, strategy_name, compile_kwargs):
+        expected, _ = _fit(test_util.default_strategy(),
+                           lambda: keras.optimizers.Adam(0.01),
+                           **compile_kwargs)
+        actual, opt = _fit(
+            test_util.STRATEGIES[strategy_name](),
+            lambda: tf_lso.LossScaleOptimizer(
+                keras.optimizers.Adam(0.01), initial_scale=256,
+                dynamic_growth_steps=3,
+            ),
+            **compile_kwargs,
+        )
+        for a, e in zip(actual, expected):
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+        self.assertEqual(float(opt.loss_scale), 256.0 * 2**2)  # 8 steps
+
+    @parameterized.product(bad_replica=[0, 1], kind=["v2", "v1"])
+    def test_overflow_on_one_replica_skips_the_batch(self, bad_replica, kind):
+        # Regression: Keras 3's LossScaleOptimizer decides from replica 0's
+        # unreduced gradients, so an overflow on replica 1 only reaches the
+        # weights as inf/NaN.
+        strategy = test_util.mirrored_strategy()
+        y = Y.copy()
+        first = 16 + 8 * bad_replica  # Replica r gets rows 8r:8r+8 of a batch.
+        y[first:first + 8] = 3e38  # Their squared error overflows to inf.
+        self.assertEqual(self._nonfinite_replicas(strategy, X[16:32],
+                                                  y[16:32]), [bad_replica])
+
+        def make_optimizer():
+            if kind == "v1":
+                return tf_lso.experimental.LossScaleOptimizer(
+                    keras.optimizers.SGD(0.05),
+                    tf_lso.experimental.DynamicLossScale(1024.0),
+                )
+            return tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.05),
+                                             initial_scale=1024)
+
+        actual, opt = _fit(strategy, make_optimizer, y=y)
+        # SGD ignores `iterations`, so a skipped batch is as if it were not
+        # in the data at all.
+        keep = np.r_[0:16, 32:64]
+        expected, _ = _fit(test_util.default_strategy(),
+                           lambda: keras.optimizers.SGD(0.05),
+                           x=X[keep], y=Y[keep])
+        for a, e in zip(actual, expected):
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+        self.assertEqual(test_util.num(opt.skipped_steps), 2)  # once per epoch
+        self.assertEqual(float(opt.loss_scale), 256.0)
+        self.assertEqual(test_util.num(opt.iterations), 8)
+
+    def _nonfinite_replicas(self, strategy, x, y):
+        """Which replicas see a non-finite squared error for this batch."""
+        dataset = strategy.experimental_distribute_dataset(
+            tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x))
+        )
+        flags = strategy.run(
+            lambda x, y: gradients.local_nonfinite([tf.square(y - x[:, :1])]),
+            args=next(iter(dataset)),
+        )
+        return [i for i, flag in enumerate(
+            strategy.experimental_local_results(flags)) if flag]
