@@ -1,0 +1,155 @@
+"""MultiWorkerMirroredStrategy: two worker processes on 127.0.0.1.
+
+Each scenario of mwms_training.py runs in two `mwms_worker.py` processes and,
+as the reference, in this process under MirroredStrategy over two logical
+CPUs. Both workers must end in the same state as each other and as the
+reference: one skip decision for every worker, and no hang.
+
+Every worker has three timeouts (collectives time out after 30 s, an
+in-worker faulthandler watchdog, and the deadline here, after which its
+process group is killed) and is reaped whatever happens.
+"""
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mwms_training
+import test_util
+
+_WORKER = pathlib.Path(__file__).with_name("mwms_worker.py")
+_DEADLINE_SECONDS = 180
+
+
+def _free_ports(count):
+    # Bound on all interfaces, like the gRPC server; held until all are
+    # picked so that no two are the same.
+    with contextlib.ExitStack() as stack:
+        sockets = [
+            stack.enter_context(socket.socket(socket.AF_INET,
+                                              socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
+        for s in sockets:
+            s.bind(("", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def _launch(scenario, workdir, attempt):
+    ports = ",".join(map(str, _free_ports(2)))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(_WORKER.parent)] + [p for p in [env.get("PYTHONPATH")] if p]
+    )
+    workers = []
+    for index in range(2):
+        log = open(workdir / f"worker{index}-try{attempt}.log", "w+")
+        process = subprocess.Popen(
+            [sys.executable, str(_WORKER), str(index), ports, scenario,
+             str(workdir)],
+            start_new_session=True, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, env=env,
+        )
+        workers.append((process, log))
+    return workers
+
+
+def _kill(process):
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _wait(workers):
+    """Waits for both workers; if one fails, the other gets 15 s to finish."""
+    deadline = time.monotonic() + _DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        codes = [p.poll() for p, _ in workers]
+        if all(c is not None for c in codes):
+            return codes
+        if any(c not in (None, 0) for c in codes):
+            deadline = min(deadline, time.monotonic() + 15)
+        time.sleep(0.1)
+    return [p.poll() for p, _ in workers]
+
+
+def _logs(workers):
+    text = []
+    for index, (_, log) in enumerate(workers):
+        log.seek(0)
+        text.append(f"--- worker {index} ---\n{log.read()[-4000:]}")
+    return "\n".join(text)
+
+
+def run_workers(scenario, workdir):
+    """Runs `scenario` on two workers; returns their results (in order)."""
+    for attempt in range(2):
+        workers = _launch(scenario, workdir, attempt)
+        try:
+            codes = _wait(workers)
+            logs = _logs(workers)
+        finally:
+            for process, log in workers:
+                _kill(process)
+                log.close()
+        if codes == [0, 0]:
+            return [_result(logs, index) for index in range(2)]
+        if "Could not start gRPC server" not in logs:
+            break  # A port was taken between picking and binding: retry.
+    pytest.fail(f"workers exited with {codes}:\n{logs}")
+
+
+def _result(logs, index):
+    section = logs.split(f"--- worker {index} ---")[1]
+    for line in section.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    pytest.fail(f"worker {index} printed no result:\n{logs}")
+
+
+def _reference(scenario, tmp_path):
+    workdir = tmp_path / "reference"
+    workdir.mkdir()
+    result = mwms_training.SCENARIOS[scenario](
+        test_util.mirrored_strategy(), str(workdir)
+    )
+    return json.loads(json.dumps(result))
+
+
+@pytest.mark.parametrize("bad_worker", [1, 0])
+def test_overflow_on_one_worker_skips_on_both(bad_worker, tmp_path):
+    scenario = f"overflow_on_worker_{bad_worker}"
+    worker0, worker1 = run_workers(scenario, tmp_path)
+    assert worker0 == worker1
+    assert worker0 == _reference(scenario, tmp_path)
+    first, skipped, after = worker0
+    assert skipped["var"] == first["var"]
+    assert skipped["loss_scale"] == first["loss_scale"] / 2 == 32.0
+    assert (skipped["counter"], skipped["skipped_steps"]) == (0, 1)
+    assert skipped["optimizer"]["iteration"] == 2
+    for path, value in first["optimizer"].items():
+        if path != "iteration":
+            assert skipped["optimizer"][path] == value, path
+    assert after["var"] != skipped["var"]
+    assert after["counter"] == 1
+
+
+def test_checkpoint_from_chief_restores_on_both(tmp_path):
+    worker0, worker1 = run_workers("checkpoint", tmp_path)
+    assert worker0 == worker1
+    assert worker0 == _reference("checkpoint", tmp_path)
+    # Everything but skipped_steps (not in checkpoints) continues as if the
+    # run had never stopped, including the skip on the last step.
+    continued, restored = worker0["continued"], worker0["restored"]
+    assert [s.pop("skipped_steps") for s in continued] == [1, 2]
+    assert [s.pop("skipped_steps") for s in restored] == [0, 1]
+    assert restored == continued
+    assert [s["loss_scale"] for s in restored] == [64.0, 32.0]

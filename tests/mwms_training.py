@@ -1,0 +1,136 @@
+"""Training runs shared by the multi-worker workers and their reference.
+
+Each scenario takes a strategy with two replicas (MultiWorkerMirroredStrategy
+with one CPU per worker, or MirroredStrategy over two logical CPUs in the test
+process) and returns a JSON-able record of the state after every step.
+"""
+
+import os
+import shutil
+
+import keras
+import tensorflow as tf
+
+import tf_lso
+
+NO_OVERFLOW = -1
+
+
+def _build(strategy):
+    with strategy.scope():
+        var = tf.Variable([1.0, -1.0])
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.Adam(0.1), initial_scale=64,
+            dynamic_growth_steps=2,
+        )
+    return var, opt
+
+
+def _step_fn(strategy, var, opt):
+    """A TF 2.x custom-loop step; `bad_replica`'s loss overflows to inf."""
+
+    def replica_fn(bad_replica):
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        replica = tf.cast(replica, tf.int32)
+        weight = tf.cast(replica + 1, tf.float32) * tf.constant([0.5, 0.25])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(var * weight)
+            loss = tf.where(tf.equal(replica, bad_replica), loss * 3e38, loss)
+            scaled_loss = opt.get_scaled_loss(loss)
+        grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, [var]))
+        opt.apply_gradients(zip(grads, [var]))
+
+    @tf.function
+    def step(bad_replica):
+        strategy.run(replica_fn, args=(tf.constant(bad_replica),))
+
+    return step
+
+
+def _local(strategy, value):
+    if isinstance(value, keras.Variable):
+        value = value.value
+    copies = [v.numpy().tolist()
+              for v in strategy.experimental_local_results(value)]
+    if any(c != copies[0] for c in copies):
+        raise AssertionError(f"local copies differ: {copies}")
+    return copies[0]
+
+
+def state(strategy, var, opt):
+    """The variable, every optimizer variable and the loss scale state."""
+    return {
+        "var": _local(strategy, var),
+        # Keyed without the optimizer's name, which Keras makes unique.
+        "optimizer": {v.path.split("/", 1)[1]: _local(strategy, v)
+                      for v in opt.variables},
+        "loss_scale": float(_local(strategy, opt.loss_scale)),
+        "counter": _local(strategy, opt.dynamic_counter),
+        "skipped_steps": _local(strategy, opt.skipped_steps),
+    }
+
+
+def _train(strategy, var, opt, schedule):
+    step = _step_fn(strategy, var, opt)
+    history = []
+    for bad_replica in schedule:
+        step(bad_replica)
+        history.append(state(strategy, var, opt))
+    return history
+
+
+def overflow_on_worker_1(strategy, workdir):
+    del workdir
+    return _train(strategy, *_build(strategy), [NO_OVERFLOW, 1, NO_OVERFLOW])
+
+
+def overflow_on_worker_0(strategy, workdir):
+    del workdir
+    return _train(strategy, *_build(strategy), [NO_OVERFLOW, 0, NO_OVERFLOW])
+
+
+def _task_id(strategy):
+    resolver = strategy.cluster_resolver
+    return resolver.task_id if resolver is not None else 0
+
+
+def _barrier(strategy):
+    """Returns once every worker has called it (a collective sum)."""
+    strategy.reduce(
+        tf.distribute.ReduceOp.SUM,
+        strategy.run(lambda: tf.constant(1.0)),
+        axis=None,
+    )
+
+
+def checkpoint(strategy, workdir):
+    """The chief saves mid-training; both workers restore and continue."""
+    var, opt = _build(strategy)
+    _train(strategy, var, opt, [NO_OVERFLOW, 1, NO_OVERFLOW])
+    chief = _task_id(strategy) == 0
+    # Every worker saves (TF's multi-worker rule); only the chief's is kept.
+    target = os.path.join(workdir, "chief" if chief else "scratch-%d"
+                          % _task_id(strategy))
+    path = tf.train.Checkpoint(var=var, optimizer=opt).write(
+        os.path.join(target, "ckpt")
+    )
+    _barrier(strategy)
+    if not chief:
+        shutil.rmtree(target)
+        path = os.path.join(workdir, "chief", "ckpt")
+    restored_var, restored_opt = _build(strategy)
+    tf.train.Checkpoint(var=restored_var, optimizer=restored_opt).read(
+        path
+    ).assert_existing_objects_matched()
+    return {
+        "continued": _train(strategy, var, opt, [NO_OVERFLOW, 0]),
+        "restored": _train(strategy, restored_var, restored_opt,
+                           [NO_OVERFLOW, 0]),
+    }
+
+
+SCENARIOS = {
+    "overflow_on_worker_1": overflow_on_worker_1,
+    "overflow_on_worker_0": overflow_on_worker_0,
+    "checkpoint": checkpoint,
+}
