@@ -153,3 +153,20 @@ def test_checkpoint_from_chief_restores_on_both(tmp_path):
     assert [s.pop("skipped_steps") for s in restored] == [0, 1]
     assert restored == continued
     assert [s["loss_scale"] for s in restored] == [64.0, 32.0]
+
+
+def test_example_runs_with_one_command():
+    example = _WORKER.parents[1] / "examples" / "multi_worker.py"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    done = subprocess.run(
+        [sys.executable, str(example), "--steps", "10", "--timeout", "120"],
+        capture_output=True, text=True, timeout=180, env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "OK: both workers" in done.stdout
+    # Step 10 overflows on worker 1 only; both workers report the skip.
+    for index in (0, 1):
+        assert f"worker {index}:   10" in done.stdout
+        step_10 = [line for line in done.stdout.splitlines()
+                   if line.startswith(f"worker {index}:   10")][0]
+        assert step_10.split()[4] == "1", done.stdout
