@@ -26,7 +26,7 @@ def local_nonfinite(grads):
     `None` gradients are ignored and an empty structure counts as finite.
     Integer gradients raise `InvalidArgumentError`, as TF's loss scales did.
     """
-    tensors = present_tensors(grads)
+    tensors = pack(present_tensors(grads)).values
     if not tensors:
         return tf.constant(0.0)
     finite = [tf.reduce_all(tf.math.is_finite(t)) for t in tensors]
@@ -73,14 +73,109 @@ def multiply_gradients(grads, factor):
     `None` entries stay `None`; `IndexedSlices` stay `IndexedSlices` (values
     scaled, indices and dense shape kept). Returns a list.
     """
-    result = []
-    for g in grads:
-        if g is None:
-            result.append(None)
-        elif isinstance(g, tf.IndexedSlices):
-            values = g.values * tf.cast(factor, g.values.dtype)
-            result.append(tf.IndexedSlices(values, g.indices, g.dense_shape))
+    return pack(grads).map(lambda v: scale_by(v, factor)).unpack()
+
+
+# Gradients with at most this many elements are stacked with others of the
+# same shape, so that one op checks or scales all of them: for small tensors
+# the per-op launch cost dominates. Bigger ones are handled one by one, which
+# costs no more than the copy stacking would make.
+PACK_MAX_ELEMENTS = 2**14
+
+
+def _stackable(grad):
+    return (
+        isinstance(grad, tf.Tensor)
+        and grad.shape.is_fully_defined()
+        and grad.shape.num_elements() <= PACK_MAX_ELEMENTS
+    )
+
+
+class Packed:
+    """A flat list of gradients, with small same-shaped ones stacked.
+
+    `values` are the float tensors to check or scale: one stack per group of
+    two or more small dense gradients of the same shape and dtype, every
+    other dense gradient as it is, and each `IndexedSlices`' values. `aux`
+    holds the indices and dense shapes of the `IndexedSlices`. `unpack`
+    rebuilds the list from (possibly transformed) `values`; elementwise
+    transforms give bit-identical results to applying them per gradient.
+    """
+
+    def __init__(self, values, aux, plan):
+        self.values = values
+        self.aux = aux
+        self._plan = plan
+
+    def map(self, fn):
+        """Returns a Packed with `fn` applied to every value tensor."""
+        return Packed([fn(v) for v in self.values], self.aux, self._plan)
+
+    def unpack(self, values=None, aux=None):
+        """The gradient list, rebuilt from `values` and `aux` (or our own).
+
+        Args:
+            values: Tensors shaped like `self.values`, e.g. the per-replica
+                copies of them inside `strategy.run`.
+            aux: Tensors shaped like `self.aux`.
+
+        Returns:
+            A list of gradients in the original order, `None`s kept.
+        """
+        values = self.values if values is None else values
+        aux = self.aux if aux is None else aux
+        unstacked = {}
+        grads = []
+        for entry in self._plan:
+            if entry is None:
+                grads.append(None)
+            elif entry[0] == "stacked":
+                _, index, position = entry
+                if index not in unstacked:
+                    unstacked[index] = tf.unstack(values[index])
+                grads.append(unstacked[index][position])
+            elif entry[0] == "sparse":
+                indices, dense_shape = aux[entry[2]]
+                grads.append(
+                    tf.IndexedSlices(values[entry[1]], indices, dense_shape)
+                )
+            else:
+                grads.append(values[entry[1]])
+        return grads
+
+
+def pack(grads):
+    """Groups a flat list of gradients into a `Packed`.
+
+    Args:
+        grads: Gradients: tensors, `IndexedSlices` or `None`.
+
+    Returns:
+        A `Packed`.
+    """
+    grads = [
+        g if g is None or isinstance(g, tf.IndexedSlices)
+        else tf.convert_to_tensor(g)
+        for g in grads
+    ]
+    groups = {}
+    for i, g in enumerate(grads):
+        if _stackable(g):
+            groups.setdefault((g.dtype, tuple(g.shape)), []).append(i)
+    values, aux, plan = [], [], [None] * len(grads)
+    for members in groups.values():
+        if len(members) > 1:
+            for position, i in enumerate(members):
+                plan[i] = ("stacked", len(values), position)
+            values.append(tf.stack([grads[i] for i in members]))
+    for i, g in enumerate(grads):
+        if g is None or plan[i] is not None:
+            continue
+        if isinstance(g, tf.IndexedSlices):
+            plan[i] = ("sparse", len(values), len(aux))
+            values.append(g.values)
+            aux.append((g.indices, g.dense_shape))
         else:
-            g = tf.convert_to_tensor(g)
-            result.append(g * tf.cast(factor, g.dtype))
-    return result
+            plan[i] = ("dense", len(values))
+            values.append(g)
+    return Packed(values, aux, plan)

@@ -63,6 +63,15 @@ class LossScale(tf.Module, metaclass=abc.ABCMeta):
     def get_config(self):
         """Returns the constructor arguments of this loss scale as a dict."""
 
+    def _update_packed(self, packed):
+        """`update` for gradients the optimizer packed (`gradients.Packed`).
+
+        A user's subclass sees the gradients as they are; tf_lso's own loss
+        scales only ask whether they are finite, which the packed values
+        answer with fewer ops.
+        """
+        return self.update(packed.unpack())
+
     @classmethod
     def from_config(cls, config):
         """Creates a loss scale from the output of `get_config()`.
@@ -198,6 +207,9 @@ class FixedLossScale(LossScale):
         del grads
         return tf.no_op() if not tf.executing_eagerly() else None, True
 
+    def _update_packed(self, packed):
+        return self.update(packed.values)
+
     def get_config(self):
         """Returns `{'loss_scale_value': <float>}`."""
         return {"loss_scale_value": self._loss_scale_value}
@@ -325,6 +337,9 @@ class DynamicLossScale(LossScale):
         """
         is_finite = gradients_lib.all_finite(grads)
         return self._update_state(is_finite), is_finite
+
+    def _update_packed(self, packed):
+        return self.update(packed.values)
 
     def _update_state(self, is_finite):
         """Assigns the next scale and counter; branch-free, so XLA-friendly."""

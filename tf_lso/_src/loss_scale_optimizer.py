@@ -223,7 +223,7 @@ class LossScaleOptimizer(
         """
         self._keras_scaled_loss = False
         return gradients_lib.multiply_gradients(
-            grads, 1.0 / self._loss_scale()
+            list(grads), 1.0 / self._loss_scale()
         )
 
     def scale_loss(self, loss):
@@ -315,13 +315,18 @@ class LossScaleOptimizer(
         distribute.check_strategy_supported()
         # Variables cannot be created inside the cond below.
         distribute.create_variables(self._build_inner, var_list)
+        # Small gradients travel stacked (see gradients.Packed): one op
+        # unscales or checks many of them, and the cond gets few inputs.
+        packed = gradients_lib.pack(grads)
         if scaled:
-            grads = gradients_lib.multiply_gradients(
-                grads, 1.0 / self._loss_scale()
+            reciprocal = 1.0 / self._loss_scale()
+            packed = packed.map(
+                lambda v: gradients_lib.scale_by(v, reciprocal)
             )
-        _, should_apply = self._loss_scale.update(grads)
+        _, should_apply = self._loss_scale._update_packed(packed)
 
-        def apply_fn(grads, var_list):
+        def apply_fn(values, aux, var_list):
+            grads = packed.unpack(values, aux)
             self._inner.apply(
                 self._optimizer, list(zip(grads, var_list)), name, aggregate
             )
@@ -331,7 +336,8 @@ class LossScaleOptimizer(
             self._skipped_steps.assign_add(1)
 
         distribute.cond_on_all_replicas(
-            should_apply, apply_fn, skip_fn, args=(grads, var_list)
+            should_apply, apply_fn, skip_fn,
+            args=(packed.values, packed.aux, var_list),
         )
 
     def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
