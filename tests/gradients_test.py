@@ -1,7 +1,10 @@
 """Tests for tf_lso._src.gradients: finite checks and (un)scaling."""
 
+import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tf_lso._src import gradients
 
@@ -44,6 +47,104 @@ class GradientsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIsNone(result[1])
         self.assertIsInstance(result[2], tf.IndexedSlices)
         self.assertAllEqual(result[2].values, [[1.0]])
+
+
+class PackTest(tf.test.TestCase, parameterized.TestCase):
+    """Stacked gradients give bit-identical results to per-tensor ops."""
+
+    def _grads(self):
+        rng = np.random.default_rng(0)
+        big = gradients.PACK_MAX_ELEMENTS + 1
+        return [
+            tf.constant(rng.normal(size=(3, 4)), tf.float32),
+            None,
+            tf.constant(rng.normal(size=(3, 4)), tf.float32),
+            tf.constant(rng.normal(size=(3, 4)), tf.float16),
+            tf.constant(rng.normal(size=(big,)), tf.float32),
+            tf.IndexedSlices(tf.constant(rng.normal(size=(2, 4)), tf.float32),
+                             tf.constant([0, 5]), tf.constant([6, 4])),
+            tf.constant(rng.normal(size=(3, 4)), tf.float32),
+            tf.constant(1.5),
+        ]
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_multiply_is_bit_identical_to_per_tensor(self, use_tf_function):
+        grads = self._grads()
+        factor = tf.constant(1.0 / 3.0)
+
+        def both(grads):
+            return (gradients.multiply_gradients(grads, factor),
+                    [None if g is None else _per_tensor(g, factor)
+                     for g in grads])
+
+        fast, plain = test_util.maybe_function(both, use_tf_function)(grads)
+        for f, p, g in zip(fast, plain, grads):
+            if g is None:
+                self.assertIsNone(f)
+                continue
+            self.assertIsInstance(f, type(p))
+            if isinstance(g, tf.IndexedSlices):
+                self.assertAllEqual(f.indices, g.indices)
+                f, p = f.values, p.values
+            self.assertEqual(f.dtype, g.dtype if not isinstance(
+                g, tf.IndexedSlices) else g.values.dtype)
+            self.assertAllEqual(f, p)
+
+    def test_small_same_shaped_gradients_share_one_stack(self):
+        packed = gradients.pack(self._grads())
+        shapes = [tuple(v.shape) for v in packed.values]
+        # Three float32 (3, 4) stacked; float16 (3, 4), the big vector, the
+        # IndexedSlices values and the scalar alone.
+        self.assertCountEqual(shapes, [(3, 3, 4), (3, 4), (16385,), (2, 4),
+                                       ()])
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_one_non_finite_entry_anywhere_is_found(self, use_tf_function):
+        check = test_util.maybe_function(gradients.local_nonfinite,
+                                         use_tf_function)
+        self.assertEqual(float(check(self._grads())), 0.0)
+        for index in (0, 2, 3, 4, 5, 6, 7):
+            grads = self._grads()
+            g = grads[index]
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            bad = tf.tensor_scatter_nd_update(
+                tf.reshape(values, [-1]), [[0]],
+                tf.constant([float("inf")], values.dtype),
+            )
+            bad = tf.reshape(bad, tf.shape(values))
+            grads[index] = (tf.IndexedSlices(bad, g.indices, g.dense_shape)
+                            if isinstance(g, tf.IndexedSlices) else bad)
+            self.assertEqual(float(check(grads)), 1.0, msg=index)
+
+
+def _per_tensor(grad, factor):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.dtype),
+                                grad.indices, grad.dense_shape)
+    return grad * tf.cast(factor, grad.dtype)
+
+
+_shapes = st.sampled_from([(), (2,), (3,), (2, 2), (1, 3)])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(_shapes, st.booleans()), max_size=8),
+       st.floats(1e-3, 1e3))
+def test_pack_unpack_round_trip_any_mix(entries, factor):
+    rng = np.random.default_rng(len(entries))
+    grads = [None if missing else tf.constant(rng.normal(size=shape),
+                                              tf.float32)
+             for shape, missing in entries]
+    packed = gradients.pack(grads)
+    for original, restored in zip(grads, packed.unpack()):
+        if original is None:
+            assert restored is None
+        else:
+            np.testing.assert_array_equal(restored, original)
+    factor = tf.constant(factor)
+    for g, scaled in zip(grads, gradients.multiply_gradients(grads, factor)):
+        if g is not None:
+            np.testing.assert_array_equal(scaled, g * factor)
 
 
 if __name__ == "__main__":

@@ -369,5 +369,96 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
                 strategy.run(lambda: opt.minimize(lambda: var * 1.0, [var]))
 
 
+class PlainPathTest(tf.test.TestCase, parameterized.TestCase):
+    """The stacked fast path equals per-tensor loss scaling, bit for bit."""
+
+    @parameterized.product(protocol=["keras", "legacy"],
+                           use_tf_function=[False, True])
+    def test_matches_per_tensor_reference(self, protocol, use_tf_function):
+        rng = np.random.default_rng(0)
+        init = [rng.normal(size=(4, 4)) for _ in range(6)]
+        init += [rng.normal(size=(10, 4)), rng.normal(size=(4,))]
+        ids = tf.constant([[1, 3], [3, 7]])
+        blow_up = [1.0, 1.0, 1e38, 1.0, 1.0, 1.0, 1e38, 1.0]  # overflows
+
+        def loss_fn(variables, factor):
+            *kernels, table, bias = variables
+            h = tf.reduce_mean(tf.gather(table, ids), axis=1)  # IndexedSlices
+            for kernel in kernels:
+                h = tf.tanh(h @ kernel + bias)
+            return tf.reduce_sum(tf.square(h)) * factor
+
+        def new_variables():
+            return [tf.Variable(tf.constant(v, tf.float32)) for v in init]
+
+        ours = new_variables()
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.Adam(0.01),
+                                        initial_scale=1000,  # 1/1000 rounds
+                                        dynamic_growth_steps=2)
+
+        def our_step(factor):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(ours, factor)
+                if protocol == "keras":
+                    scaled = opt.scale_loss(loss)
+                else:
+                    scaled = opt.get_scaled_loss(loss)
+            grads = tape.gradient(scaled, ours)
+            if protocol == "legacy":
+                grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, ours))
+
+        reference = new_variables()
+        bare = keras.optimizers.Adam(0.01)
+        bare.build(reference)
+
+        def reference_step(factor, scale):
+            with tf.GradientTape() as tape:
+                scaled = loss_fn(reference, factor) * scale
+            grads = tape.gradient(scaled, reference)
+            grads = [_unscale_one(g, 1.0 / scale) for g in grads]
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(
+                g.values if isinstance(g, tf.IndexedSlices) else g))
+                for g in grads])
+
+            def apply():
+                bare.apply_gradients(zip(grads, reference))
+                return tf.constant(True)
+
+            def skip():
+                bare.iterations.assign_add(1)
+                return tf.constant(False)
+
+            return tf.cond(finite, apply, skip)
+
+        # The reference runs in the same mode: graph and eager kernels may
+        # round differently.
+        reference_step = test_util.maybe_function(reference_step,
+                                                  use_tf_function)
+        step = test_util.maybe_function(our_step, use_tf_function)
+        scale, good = 1000.0, 0
+        for factor in blow_up:
+            step(tf.constant(factor))
+            if reference_step(tf.constant(factor), tf.constant(scale)):
+                good += 1
+                if good == 2:
+                    scale, good = scale * 2, 0
+            else:
+                scale, good = max(scale / 2, 1.0), 0
+            self.assertEqual(float(opt.loss_scale), scale)
+            for a, b in zip(ours, reference):
+                self.assertAllEqual(a, b)
+            for a, b in zip(opt.inner_optimizer.variables, bare.variables):
+                self.assertAllEqual(a, b)
+        self.assertEqual(int(opt.skipped_steps), 2)
+
+
+def _unscale_one(grad, reciprocal):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values * reciprocal, grad.indices,
+                                grad.dense_shape)
+    return grad * reciprocal
+
+
 if __name__ == "__main__":
     tf.test.main()
