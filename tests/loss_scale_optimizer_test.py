@@ -369,6 +369,35 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
                 strategy.run(lambda: opt.minimize(lambda: var * 1.0, [var]))
 
 
+class StackedAndSingleGradientsTest(tf.test.TestCase, parameterized.TestCase):
+    @STRATEGY_AND_MODE
+    def test_mix_of_stacked_and_single_gradients(
+        self, strategy_name, use_tf_function
+    ):
+        # Regression: two same-shaped gradients (stacked) next to one of
+        # another shape failed in a tf.function with "All custom_gradient
+        # outputs should be from the same graph".
+        strategy = test_util.STRATEGIES[strategy_name]()
+        replicas = strategy.num_replicas_in_sync
+        with strategy.scope():
+            a, b = tf.Variable(tf.ones([3])), tf.Variable(tf.ones([3]))
+            kernel = tf.Variable(tf.ones([2, 3]))
+            opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                            initial_scale=4)
+
+        def step():
+            with tf.GradientTape() as tape:
+                loss = (tf.reduce_sum(a * b) + tf.reduce_sum(kernel)) / replicas
+                scaled = opt.get_scaled_loss(loss)
+            grads = opt.get_unscaled_gradients(
+                tape.gradient(scaled, [a, b, kernel]))
+            opt.apply_gradients(zip(grads, [a, b, kernel]))
+
+        _run(strategy, step, use_tf_function)
+        self.assertAllEqual(a, [0.0, 0.0, 0.0])
+        self.assertAllEqual(kernel, tf.zeros([2, 3]))
+
+
 class PlainPathTest(tf.test.TestCase, parameterized.TestCase):
     """The stacked fast path equals per-tensor loss scaling, bit for bit."""
 

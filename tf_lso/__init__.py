@@ -2,6 +2,8 @@
 
 from tf_lso import callbacks
 from tf_lso import experimental
+from tf_lso._src.install import install
+from tf_lso._src.install import uninstall
 from tf_lso._src.loss_scale_optimizer import LossScaleOptimizer
 
 __version__ = "0.1.0.dev0"
@@ -10,4 +12,6 @@ __all__ = (
     "LossScaleOptimizer",
     "callbacks",
     "experimental",
+    "install",
+    "uninstall",
 )

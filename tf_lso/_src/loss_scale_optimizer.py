@@ -326,7 +326,9 @@ class LossScaleOptimizer(
         _, should_apply = self._loss_scale._update_packed(packed)
 
         def apply_fn(values, aux, var_list):
-            grads = packed.unpack(values, aux)
+            # Every gradient must come from the branch's graph: a mix of
+            # captured and branch tensors breaks the all-reduce's gradient.
+            grads = packed.unpack([tf.identity(v) for v in values], aux)
             self._inner.apply(
                 self._optimizer, list(zip(grads, var_list)), name, aggregate
             )

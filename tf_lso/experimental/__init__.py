@@ -6,6 +6,10 @@ from tf_lso._src.experimental_loss_scale_optimizer import (
 from tf_lso._src.loss_scale import DynamicLossScale
 from tf_lso._src.loss_scale import FixedLossScale
 from tf_lso._src.loss_scale import LossScale
+from tf_lso._src.policy import Policy
+from tf_lso._src.policy import get_layer_policy
+from tf_lso._src.policy import global_policy
+from tf_lso._src.policy import set_policy
 from tf_lso._src.serialization import deserialize
 from tf_lso._src.serialization import get
 from tf_lso._src.serialization import serialize
@@ -15,7 +19,11 @@ __all__ = (
     "FixedLossScale",
     "LossScale",
     "LossScaleOptimizer",
+    "Policy",
     "deserialize",
     "get",
+    "get_layer_policy",
+    "global_policy",
     "serialize",
+    "set_policy",
 )

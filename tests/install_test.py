@@ -1,0 +1,127 @@
+"""Tests for tf_lso._src.install and `python -m tf_lso run`."""
+
+import importlib
+import sys
+
+import keras
+import pytest
+import tensorflow as tf
+
+import tf_lso
+from tf_lso import __main__ as cli
+from tf_lso._src import install as install_lib
+
+KERAS_LSO = keras.optimizers.LossScaleOptimizer
+
+
+@pytest.fixture(autouse=True)
+def _uninstall():
+    yield
+    tf_lso.uninstall()
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def _snapshot():
+    return (
+        getattr(tf, "mixed_precision", None),
+        dict(vars(tf.train.experimental)),
+        dict(vars(tf.keras.mixed_precision)),
+        {k: v for k, v in sys.modules.items() if "mixed_precision" in k},
+        vars(keras.Model).get("compile"),
+    )
+
+
+def test_names_resolve_to_tf_lso():
+    tf_lso.install()
+    experimental = tf.keras.mixed_precision.experimental
+    assert experimental.LossScaleOptimizer is (
+        tf_lso.experimental.LossScaleOptimizer)
+    for name in ("Policy", "set_policy", "global_policy", "get_layer_policy",
+                 "LossScale", "FixedLossScale", "DynamicLossScale"):
+        assert getattr(experimental, name) is getattr(tf_lso.experimental,
+                                                      name)
+    for module in (tf.mixed_precision.experimental, tf.train.experimental):
+        for name in ("LossScale", "FixedLossScale", "DynamicLossScale"):
+            assert getattr(module, name) is getattr(tf_lso.experimental, name)
+    assert tf.keras.mixed_precision.LossScaleOptimizer is (
+        tf_lso.LossScaleOptimizer)
+    assert sorted(install_lib.installed_names()) == sorted(
+        [f"tf.keras.mixed_precision.experimental.{n}" for n in (
+            "LossScaleOptimizer", "Policy", "set_policy", "global_policy",
+            "get_layer_policy", "LossScale", "FixedLossScale",
+            "DynamicLossScale")]
+        + [f"tf.{m}.experimental.{n}" for m in ("mixed_precision", "train")
+           for n in ("LossScale", "FixedLossScale", "DynamicLossScale")]
+        + ["tf.keras.mixed_precision.LossScaleOptimizer"])
+
+
+def test_import_statements_of_old_scripts_work():
+    tf_lso.install()
+    from tensorflow.keras.mixed_precision import experimental as mp
+
+    assert mp.Policy is tf_lso.experimental.Policy
+    module = importlib.import_module("tensorflow.mixed_precision.experimental")
+    assert module.DynamicLossScale is tf_lso.experimental.DynamicLossScale
+
+
+def test_tf24_class_keeps_its_signature_and_is_a_keras_lso():
+    tf_lso.install()
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(), dynamic=False, initial_scale=8)
+    assert isinstance(opt, KERAS_LSO)
+    assert float(opt.loss_scale) == 8.0
+
+
+def test_install_is_idempotent_and_uninstall_restores_everything():
+    before = _snapshot()
+    assert not hasattr(tf.keras.mixed_precision, "experimental")
+    tf_lso.install()
+    tf_lso.install()
+    assert _snapshot() != before
+    tf_lso.uninstall()
+    assert _snapshot() == before
+    assert tf.keras.mixed_precision.LossScaleOptimizer is KERAS_LSO
+    tf_lso.uninstall()  # a second uninstall changes nothing
+    assert _snapshot() == before
+
+
+def test_compile_under_mixed_float16_uses_tf24_class_when_installed():
+    def compiled_optimizer():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(), "mse")
+        return model.optimizer
+
+    tf_lso.install()
+    assert type(compiled_optimizer()) is tf_lso.LossScaleOptimizer
+    tf_lso.uninstall()
+    assert type(compiled_optimizer()) is KERAS_LSO
+
+
+def test_run_command(tmp_path, capsys):
+    script = tmp_path / "old.py"
+    helper = tmp_path / "old_helper.py"
+    helper.write_text("VALUE = 42\n")
+    script.write_text(
+        "import sys\n"
+        "import tensorflow as tf\n"
+        "import old_helper\n"
+        "opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(\n"
+        "    tf.keras.optimizers.SGD(), loss_scale=8)\n"
+        "print('argv', sys.argv[1:], __name__, old_helper.VALUE,\n"
+        "      float(opt.loss_scale()))\n"
+    )
+    argv = list(sys.argv)
+    try:
+        assert cli.main(["run", str(script), "--flag", "x"]) == 0
+    finally:
+        sys.argv = argv
+        sys.path.remove(str(tmp_path))
+    assert capsys.readouterr().out == (
+        "argv ['--flag', 'x'] __main__ 42 8.0\n")
+
+
+def test_run_command_needs_a_script(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run"])
+    assert "script" in capsys.readouterr().err

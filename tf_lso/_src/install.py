@@ -1,0 +1,138 @@
+"""`tf_lso.install()` / `uninstall()`: the legacy names, resolved to tf_lso.
+
+Old TF 2.1-2.4 scripts die on their first mixed-precision line on TF 2.16+,
+because the names they use no longer exist. `install()` puts tf_lso's
+classes and functions where those scripts look for them, and records what it
+replaced so that `uninstall()` restores TensorFlow exactly as it was.
+"""
+
+import sys
+import types
+
+import keras
+import tensorflow as tf
+
+from tf_lso._src import experimental_loss_scale_optimizer as v1
+from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import loss_scale_optimizer as v2
+from tf_lso._src import policy as policy_lib
+
+_LOSS_SCALES = {
+    "LossScale": loss_scale_lib.LossScale,
+    "FixedLossScale": loss_scale_lib.FixedLossScale,
+    "DynamicLossScale": loss_scale_lib.DynamicLossScale,
+}
+
+# tf.keras.mixed_precision.experimental in TF 2.1-2.3 (+ the loss scales,
+# which TF 2.1 also exported there via tf.keras.mixed_precision).
+_KERAS_EXPERIMENTAL = {
+    "LossScaleOptimizer": v1.LossScaleOptimizerV1,
+    "Policy": policy_lib.Policy,
+    "set_policy": policy_lib.set_policy,
+    "global_policy": policy_lib.global_policy,
+    "get_layer_policy": policy_lib.get_layer_policy,
+    **_LOSS_SCALES,
+}
+
+_MISSING = object()
+_installed = []  # (owner, attribute, previous value or _MISSING)
+_modules = []  # (sys.modules key, previous module or _MISSING)
+
+
+def _module(name, attributes):
+    module = types.ModuleType(name, "Legacy names provided by tf_lso.")
+    for key, value in attributes.items():
+        setattr(module, key, value)
+    return module
+
+
+def _set(owner, name, value):
+    _installed.append((owner, name, getattr(owner, name, _MISSING)))
+    setattr(owner, name, value)
+
+
+def _register(name, module):
+    _modules.append((name, sys.modules.get(name, _MISSING)))
+    sys.modules[name] = module
+
+
+def installed_names():
+    """The dotted names `install()` provides, for docs and tests."""
+    names = [f"tf.keras.mixed_precision.experimental.{n}"
+             for n in _KERAS_EXPERIMENTAL]
+    names += [f"tf.mixed_precision.experimental.{n}" for n in _LOSS_SCALES]
+    names += [f"tf.train.experimental.{n}" for n in _LOSS_SCALES]
+    names.append("tf.keras.mixed_precision.LossScaleOptimizer")
+    return names
+
+
+def install():
+    """Makes TF 2.1-2.4's mixed-precision names resolve to tf_lso.
+
+    Explicit and idempotent. Afterwards these work as in TF 2.1-2.4:
+    `tf.keras.mixed_precision.experimental.{LossScaleOptimizer, Policy,
+    set_policy, global_policy, get_layer_policy, LossScale, FixedLossScale,
+    DynamicLossScale}`, `tf.mixed_precision.experimental.{LossScale,
+    FixedLossScale, DynamicLossScale}`, `tf.train.experimental.{LossScale,
+    FixedLossScale, DynamicLossScale}`, and
+    `tf.keras.mixed_precision.LossScaleOptimizer` with TF 2.4's signature
+    (still a Keras 3 `LossScaleOptimizer`). `from
+    tensorflow.keras.mixed_precision import experimental` works too.
+    `model.compile` under a `'mixed_float16'` policy then wraps the optimizer
+    in `tf_lso.LossScaleOptimizer` instead of Keras 3's class.
+
+    >>> tf_lso.install()
+    >>> tf.keras.mixed_precision.experimental.LossScaleOptimizer
+    <class 'tf_lso._src.experimental_loss_scale_optimizer.LossScaleOptimizerV1'>
+    >>> tf_lso.uninstall()
+    >>> hasattr(tf.keras.mixed_precision, "experimental")
+    False
+    """
+    if _installed:
+        return
+    keras_mp = tf.keras.mixed_precision
+    experimental = _module(f"{keras_mp.__name__}.experimental",
+                           _KERAS_EXPERIMENTAL)
+    _set(keras_mp, "experimental", experimental)
+    _set(keras_mp, "LossScaleOptimizer", v2.LossScaleOptimizer)
+    _register("tensorflow.keras.mixed_precision.experimental", experimental)
+
+    tf_mp = getattr(tf, "mixed_precision", None)
+    if tf_mp is None:
+        tf_mp = _module("tensorflow.mixed_precision", {})
+        _set(tf, "mixed_precision", tf_mp)
+        _register("tensorflow.mixed_precision", tf_mp)
+    tf_mp_experimental = _module("tensorflow.mixed_precision.experimental",
+                                 _LOSS_SCALES)
+    _set(tf_mp, "experimental", tf_mp_experimental)
+    _register("tensorflow.mixed_precision.experimental", tf_mp_experimental)
+
+    for name, value in _LOSS_SCALES.items():
+        _set(tf.train.experimental, name, value)
+
+    policy_lib.install_compile_hook()
+    policy_lib._state["wrap_mixed_float16"] = True
+
+
+def uninstall():
+    """Undoes `install()`: TensorFlow's names are as they were before.
+
+    The `keras.Model.compile` hook is removed too, unless a tf_lso
+    `Policy` is the global policy (it still needs it).
+    """
+    while _installed:
+        owner, name, previous = _installed.pop()
+        if previous is _MISSING:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, previous)
+    while _modules:
+        name, previous = _modules.pop()
+        if previous is _MISSING:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = previous
+    policy_lib._state["wrap_mixed_float16"] = False
+    if not isinstance(keras.mixed_precision.global_policy(),
+                      policy_lib.Policy):
+        policy_lib.uninstall_compile_hook()

@@ -1,0 +1,232 @@
+"""The TF 2.1-2.3 dtype policy API: `Policy(name, loss_scale='auto')`.
+
+A `Policy` is a Keras 3 `DTypePolicy` (so layers compute in its dtypes) that
+also carries a loss scale. `model.compile` wraps a plain optimizer in a
+`tf_lso.experimental.LossScaleOptimizer` with that loss scale (see
+`compile_optimizer`), as TF 2.1-2.3 did.
+"""
+
+import functools
+
+import keras
+
+from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import serialization
+
+
+@keras.saving.register_keras_serializable(package="tf_lso")
+class Policy(keras.DTypePolicy):
+    """A dtype policy with a loss scale, as in TF 2.1-2.3.
+
+    Args:
+        name: `'float32'`, `'float16'`, `'mixed_float16'`,
+            `'mixed_bfloat16'`, any other float dtype name, or `'_infer'`
+            (no dtypes: they come from the inputs).
+        loss_scale: `'auto'` (a dynamic loss scale for `'mixed_float16'`,
+            None otherwise), None, `'dynamic'`, a number (a fixed scale) or
+            a `LossScale`.
+
+    Raises:
+        TypeError: If `name` is not a string.
+        ValueError: If `name` is not a float policy name, or `loss_scale`
+            cannot be interpreted.
+
+    >>> policy = tf_lso.experimental.Policy("mixed_float16")
+    >>> policy.compute_dtype, policy.variable_dtype
+    ('float16', 'float32')
+    >>> policy.loss_scale
+    DynamicLossScale(current_loss_scale=32768.0, num_good_steps=0, initial_loss_scale=32768.0, increment_period=2000, multiplier=2.0)
+    >>> tf_lso.experimental.Policy("float32").loss_scale is None
+    True
+    """
+
+    def __init__(self, name, loss_scale="auto"):
+        if not isinstance(name, str):
+            raise TypeError(
+                f"'name' must be a string, such as 'mixed_float16', but got: "
+                f"{name!r}. For a DType, pass its name (e.g. dtype.name)."
+            )
+        if name == "_infer":
+            self._name = name
+            self._compute_dtype = self._variable_dtype = None
+            self._quantization_mode = None
+        else:
+            super().__init__(name)
+        if loss_scale == "auto":
+            loss_scale = "dynamic" if name == "mixed_float16" else None
+        self._loss_scale = (
+            None if loss_scale is None else serialization.get(loss_scale)
+        )
+
+    @property
+    def loss_scale(self):
+        """The `LossScale` that `compile` uses, or None."""
+        return self._loss_scale
+
+    def get_config(self):
+        """Returns `{'name', 'loss_scale'}` (the loss scale serialized)."""
+        return {
+            "name": self.name,
+            "loss_scale": None if self._loss_scale is None
+            else serialization.serialize(self._loss_scale),
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """Creates a policy from the output of `get_config()`.
+
+        Args:
+            config: `{'name', 'loss_scale'}`.
+            custom_objects: Optional dict of custom loss scale classes.
+
+        Returns:
+            A new `Policy`.
+        """
+        config = dict(config)
+        loss_scale = config.pop("loss_scale", None)
+        if isinstance(loss_scale, dict):
+            loss_scale = serialization.deserialize(loss_scale, custom_objects)
+        return cls(config.pop("name"), loss_scale=loss_scale, **config)
+
+    def __repr__(self):
+        return f'<Policy "{self.name}", loss_scale={self._loss_scale}>'
+
+
+def _as_policy(policy):
+    if isinstance(policy, Policy):
+        return policy
+    return Policy(policy.name)
+
+
+def set_policy(policy):
+    """Sets the global dtype policy (TF 2.1-2.3's `set_policy`).
+
+    Layers created afterwards use it, and `model.compile` wraps a plain
+    optimizer in a loss scale optimizer with its loss scale.
+
+    Args:
+        policy: A `Policy`, a Keras `DTypePolicy`, a policy name, or None
+            (back to `'float32'`). `'_infer'` also resets to `'float32'`:
+            Keras 3 layers need concrete dtypes.
+
+    Raises:
+        ValueError: For a policy that is not a float policy, or a value that
+            is not a policy.
+    """
+    if policy is None or policy == "_infer":
+        policy = Policy("float32")
+    elif isinstance(policy, str):
+        policy = Policy(policy)
+    elif isinstance(policy, keras.DTypePolicy):
+        policy = _as_policy(policy)
+    else:
+        raise ValueError(
+            "set_policy() takes a Policy, a policy name such as "
+            f"'mixed_float16', or None, but got: {policy!r}."
+        )
+    if policy.compute_dtype is None or not (
+        policy.compute_dtype.startswith(("float", "bfloat"))
+    ):
+        raise ValueError(
+            "set_policy can only be used to set the global policy to "
+            'floating-point policies, such as "float32" and '
+            f'"mixed_float16", but got policy: {policy.name}'
+        )
+    install_compile_hook()
+    keras.mixed_precision.set_global_policy(policy)
+
+
+def global_policy():
+    """Returns the global policy as a `Policy`.
+
+    Returns:
+        The policy given to `set_policy`, or the Keras global policy as a
+        `Policy` with its `'auto'` loss scale.
+    """
+    return _as_policy(keras.mixed_precision.global_policy())
+
+
+def get_layer_policy(layer):
+    """Returns the dtype policy of a Keras layer as a `Policy`.
+
+    Args:
+        layer: A Keras layer.
+
+    Returns:
+        The layer's policy.
+
+    Raises:
+        ValueError: If `layer` is not a Keras layer.
+    """
+    if not isinstance(layer, keras.layers.Layer):
+        raise ValueError(
+            f"get_policy can only be called on a layer, but got: {layer!r}"
+        )
+    return _as_policy(layer.dtype_policy)
+
+
+# -- model.compile ------------------------------------------------------------
+
+_state = {"wrap_mixed_float16": False}
+
+
+def compile_optimizer(model, optimizer, auto_scale_loss=True):
+    """The optimizer `model.compile` should use under TF 2.x's rules.
+
+    Under a `Policy` with a loss scale, a plain optimizer is wrapped in a
+    `tf_lso.experimental.LossScaleOptimizer` with a fresh copy of that loss
+    scale. After `tf_lso.install()`, a plain `'mixed_float16'` Keras policy
+    wraps it in `tf_lso.LossScaleOptimizer` (TF 2.4) instead of Keras 3's
+    class. Loss scale optimizers are left alone.
+    """
+    from tf_lso._src import experimental_loss_scale_optimizer as v1
+    from tf_lso._src import loss_scale_optimizer as v2
+
+    policy = getattr(model, "dtype_policy", None)
+    wrap_v1 = isinstance(policy, Policy) and policy.loss_scale is not None
+    wrap_v2 = (
+        not wrap_v1 and _state["wrap_mixed_float16"] and auto_scale_loss
+        and policy is not None and policy.name == "mixed_float16"
+    )
+    if not (wrap_v1 or wrap_v2):
+        return optimizer
+    optimizer = keras.optimizers.get(optimizer)
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer
+    if wrap_v2:
+        return v2.LossScaleOptimizer(optimizer)
+    return v1.LossScaleOptimizerV1(optimizer, _fresh(policy.loss_scale))
+
+
+def _fresh(loss_scale):
+    # Each model gets its own loss scale state (TF 2.1-2.3 shared one).
+    if isinstance(loss_scale, loss_scale_lib.LossScale):
+        return type(loss_scale).from_config(loss_scale.get_config())
+    return loss_scale
+
+
+def install_compile_hook():
+    """Makes `keras.Model.compile` apply `compile_optimizer` (idempotent)."""
+    original = keras.Model.compile
+    if getattr(original, "_tf_lso_original", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def compile(self, optimizer="rmsprop", *args, **kwargs):
+        policy = getattr(self, "dtype_policy", None)
+        if isinstance(policy, Policy) and policy.loss_scale is None:
+            # TF 2.1-2.3: a policy without a loss scale means no scaling.
+            kwargs.setdefault("auto_scale_loss", False)
+        optimizer = compile_optimizer(
+            self, optimizer, kwargs.get("auto_scale_loss", True)
+        )
+        return original(self, optimizer, *args, **kwargs)
+
+    compile._tf_lso_original = original
+    keras.Model.compile = compile
+
+
+def uninstall_compile_hook():
+    """Restores `keras.Model.compile` as Keras defines it."""
+    if getattr(keras.Model.compile, "_tf_lso_original", None) is not None:
+        del keras.Model.compile
