@@ -184,22 +184,31 @@ def _time(fn, steps):
 
 def measure(shape, jit_compile, rounds, round_seconds):
     init, loss_fn = SHAPES[shape]()
-    fns, ops = {}, {}
+    fns, ops, failed = {}, {}, {}
     for variant in VARIANTS:
-        fns[variant], ops[variant] = _make(variant, init, loss_fn, jit_compile)
+        try:
+            fns[variant], ops[variant] = _make(variant, init, loss_fn,
+                                               jit_compile)
+        except Exception as e:  # e.g. an op XLA cannot compile
+            failed[variant] = f"{type(e).__name__}"
     # Steps per round: about `round_seconds` for the slowest variant.
     slowest = max(_time(fn, 3) for fn in fns.values())
     steps = max(5, int(round_seconds / slowest))
-    samples = {variant: [] for variant in VARIANTS}
+    samples = {variant: [] for variant in fns}
     for _ in range(rounds):
         for variant, fn in fns.items():  # interleaved: A B C ... A B C ...
             samples[variant].append(_time(fn, steps))
     medians = {v: statistics.median(s) for v, s in samples.items()}
-    return {
-        variant: (medians[variant], medians[variant] / medians[base],
-                  ops[variant])
-        for variant, (_, _, base) in VARIANTS.items()
-    }
+
+    def cell(variant, base):
+        if variant in failed:
+            return failed[variant]
+        if base in failed:
+            return f"its baseline: {failed[base]}"
+        return medians[variant], medians[variant] / medians[base], ops[variant]
+
+    return {variant: cell(variant, base)
+            for variant, (_, _, base) in VARIANTS.items()}
 
 
 def _table(results, rounds):
@@ -209,7 +218,8 @@ def _table(results, rounds):
         "|---|---|" + "---|" * len(variants),
     ]
     for (shape, mode), row in results.items():
-        cells = [f"{row[v][1]:.2f}× ({row[v][0] * 1e3:.2f} ms, "
+        cells = [f"fails: {row[v]}" if isinstance(row[v], str) else
+                 f"{row[v][1]:.2f}× ({row[v][0] * 1e3:.2f} ms, "
                  f"{row[v][2]} ops)" for v in variants]
         lines.append(f"| {shape} | {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

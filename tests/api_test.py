@@ -11,21 +11,25 @@ import tensorflow as tf
 import tf_lso
 from tf_lso._src import callbacks
 from tf_lso._src import experimental_loss_scale_optimizer
+from tf_lso._src import install
 from tf_lso._src import loss_scale
 from tf_lso._src import loss_scale_optimizer
+from tf_lso._src import policy
 from tf_lso._src import serialization
 
 PUBLIC = {
-    "tf_lso": {"LossScaleOptimizer", "callbacks", "experimental"},
+    "tf_lso": {"LossScaleOptimizer", "callbacks", "experimental", "install",
+               "uninstall"},
     "tf_lso.callbacks": {"LossScaleMonitor"},
     "tf_lso.experimental": {
         "DynamicLossScale", "FixedLossScale", "LossScale",
-        "LossScaleOptimizer", "deserialize", "get", "serialize",
+        "LossScaleOptimizer", "Policy", "deserialize", "get",
+        "get_layer_policy", "global_policy", "serialize", "set_policy",
     },
 }
 DOCTESTED_MODULES = [
-    callbacks, experimental_loss_scale_optimizer, loss_scale, loss_scale_optimizer,
-    serialization,
+    callbacks, experimental_loss_scale_optimizer, install, loss_scale,
+    loss_scale_optimizer, policy, serialization,
 ]
 
 
@@ -46,6 +50,7 @@ def test_public_methods_have_docstrings():
     for cls in (tf_lso.LossScaleOptimizer, tf_lso.experimental.LossScaleOptimizer,
                 tf_lso.experimental.DynamicLossScale,
                 tf_lso.experimental.FixedLossScale,
+                tf_lso.experimental.Policy,
                 tf_lso.callbacks.LossScaleMonitor):
         for name, member in vars(cls).items():
             if name.startswith("_") or not callable(member):

@@ -23,8 +23,8 @@ _LOSS_SCALES = {
     "DynamicLossScale": loss_scale_lib.DynamicLossScale,
 }
 
-# tf.keras.mixed_precision.experimental in TF 2.1-2.3 (+ the loss scales,
-# which TF 2.1 also exported there via tf.keras.mixed_precision).
+# tf.keras.mixed_precision.experimental of TF 2.1-2.4, plus the loss scale
+# classes (a convenience: TF had them under tf.mixed_precision.experimental).
 _KERAS_EXPERIMENTAL = {
     "LossScaleOptimizer": v1.LossScaleOptimizerV1,
     "Policy": policy_lib.Policy,
