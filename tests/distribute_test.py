@@ -11,7 +11,6 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
-from tf_lso._src import distribute
 from tf_lso._src import gradients
 
 import test_util
