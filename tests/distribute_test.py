@@ -27,12 +27,6 @@ def _inner(kind, learning_rate):
     return tf_keras.optimizers.legacy.SGD(learning_rate)
 
 
-def _local_values(strategy, value):
-    if isinstance(value, keras.Variable):
-        value = value.value
-    return [v.numpy() for v in strategy.experimental_local_results(value)]
-
-
 class AggregationTest(tf.test.TestCase, parameterized.TestCase):
     """`experimental_aggregate_gradients`, for every kind of inner optimizer."""
 
@@ -66,11 +60,11 @@ class AggregationTest(tf.test.TestCase, parameterized.TestCase):
         )
         run(tf.constant(False))
         # Summed once: 1 - (1 + 2), not 1 - 2 * (1 + 2).
-        self.assertEqual(_local_values(strategy, summed), [-2.0, -2.0])
-        self.assertEqual(_local_values(strategy, reduced_by_user), [-2.0, -2.0])
+        self.assertEqual(test_util.local_values(strategy, summed), [-2.0, -2.0])
+        self.assertEqual(test_util.local_values(strategy, reduced_by_user), [-2.0, -2.0])
         run(tf.constant(True))
-        self.assertEqual(_local_values(strategy, summed), [-2.0, -2.0])
-        self.assertEqual(_local_values(strategy, reduced_by_user), [-2.0, -2.0])
+        self.assertEqual(test_util.local_values(strategy, summed), [-2.0, -2.0])
+        self.assertEqual(test_util.local_values(strategy, reduced_by_user), [-2.0, -2.0])
         for optimizer in (opt, user_opt):
             self.assertEqual(float(optimizer.loss_scale), 2.0)
             self.assertEqual(test_util.num(optimizer.skipped_steps), 1)
@@ -109,16 +103,16 @@ class ReplicaOverflowTest(tf.test.TestCase, parameterized.TestCase):
         scale_state = list(opt._loss_scale.variables)  # scale, good steps
         model_state = [var] + [v for v in opt.variables
                                if v is not opt.iterations]
-        before = [_local_values(strategy, v) for v in model_state]
+        before = [test_util.local_values(strategy, v) for v in model_state]
         run(tf.constant(True))
         for variable, old in zip(model_state, before):
-            new = _local_values(strategy, variable)
+            new = test_util.local_values(strategy, variable)
             self.assertAllEqual(new[0], new[1], msg=variable.name)
             self.assertAllEqual(new[0], old[0], msg=variable.name)
         for variable, expected in zip(
             scale_state + [opt.iterations, opt.skipped_steps], [32, 0, 2, 1]
         ):
-            self.assertEqual(_local_values(strategy, variable),
+            self.assertEqual(test_util.local_values(strategy, variable),
                              [expected, expected], msg=variable.name)
 
 

@@ -13,6 +13,8 @@ import tensorflow as tf
 
 import tf_lso
 
+import test_util
+
 NO_OVERFLOW = -1
 
 
@@ -48,10 +50,7 @@ def _step_fn(strategy, var, opt):
 
 
 def _local(strategy, value):
-    if isinstance(value, keras.Variable):
-        value = value.value
-    copies = [v.numpy().tolist()
-              for v in strategy.experimental_local_results(value)]
+    copies = [v.tolist() for v in test_util.local_values(strategy, value)]
     if any(c != copies[0] for c in copies):
         raise AssertionError(f"local copies differ: {copies}")
     return copies[0]

@@ -2,6 +2,7 @@
 
 import functools
 
+import keras
 import tensorflow as tf
 from absl.testing import parameterized
 
@@ -53,6 +54,13 @@ def strategy_and_mode_cases(prefix=""):
                 "strategy_name": strategy_name,
                 "use_tf_function": use_tf_function,
             }
+
+
+def local_values(strategy, value):
+    """NumPy values of every replica's copy of `value` (Keras variables too)."""
+    if isinstance(value, keras.Variable):
+        value = value.value
+    return [v.numpy() for v in strategy.experimental_local_results(value)]
 
 
 def replica_id():

@@ -73,7 +73,7 @@ def multiply_gradients(grads, factor):
     `None` entries stay `None`; `IndexedSlices` stay `IndexedSlices` (values
     scaled, indices and dense shape kept). Returns a list.
     """
-    return pack(grads).map(lambda v: scale_by(v, factor)).unpack()
+    return pack(grads).scaled(factor).unpack()
 
 
 # Gradients with at most this many elements are stacked with others of the
@@ -107,9 +107,13 @@ class Packed:
         self.aux = aux
         self._plan = plan
 
-    def map(self, fn):
-        """Returns a Packed with `fn` applied to every value tensor."""
-        return Packed([fn(v) for v in self.values], self.aux, self._plan)
+    def scaled(self, factor):
+        """Returns a Packed whose values are multiplied by `factor`.
+
+        `factor` is cast to each value's dtype, as `scale_by` does.
+        """
+        values = [scale_by(v, factor) for v in self.values]
+        return Packed(values, self.aux, self._plan)
 
     def unpack(self, values=None, aux=None):
         """The gradient list, rebuilt from `values` and `aux` (or our own).

@@ -319,10 +319,7 @@ class LossScaleOptimizer(
         # unscales or checks many of them, and the cond gets few inputs.
         packed = gradients_lib.pack(grads)
         if scaled:
-            reciprocal = 1.0 / self._loss_scale()
-            packed = packed.map(
-                lambda v: gradients_lib.scale_by(v, reciprocal)
-            )
+            packed = packed.scaled(1.0 / self._loss_scale())
         _, should_apply = self._loss_scale._update_packed(packed)
 
         def apply_fn(values, aux, var_list):
