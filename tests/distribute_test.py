@@ -205,3 +205,60 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
         )
         return [i for i, flag in enumerate(
             strategy.experimental_local_results(flags)) if flag]
+
+
+class ClippingTest(tf.test.TestCase, parameterized.TestCase):
+    """Clipping sees the gradient summed over replicas, as in TF 2.4."""
+
+    @parameterized.product(
+        kind=["keras", "tf_keras", "tf_keras_legacy"],
+        clip=["clipnorm", "clipvalue", "global_clipnorm"],
+        use_tf_function=[False, True],
+    )
+    def test_clips_the_aggregated_gradient(self, kind, clip, use_tf_function):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var = tf.Variable(5.0)
+            inner = _inner(kind, 1.0)
+            setattr(inner, clip, 2.0)
+            opt = tf_lso.LossScaleOptimizer(inner, initial_scale=4)
+
+        def step(bad):
+            # Each replica has gradient 2.0 (or inf on replica 1): their sum,
+            # 4.0, is clipped to 2.0.
+            grad = tf.where(bad & (test_util.replica_id() > 0), INF, 2.0)
+            opt.apply_gradients([(grad, var)])
+
+        run = test_util.maybe_function(
+            lambda bad: strategy.run(step, args=(bad,)), use_tf_function
+        )
+        run(tf.constant(False))
+        self.assertEqual(test_util.local_values(strategy, var), [3.0, 3.0])
+        run(tf.constant(True))  # Clipping never rescues an inf gradient.
+        self.assertEqual(test_util.local_values(strategy, var), [3.0, 3.0])
+        self.assertEqual(float(opt.loss_scale), 2.0)
+        # Unaggregated: the user's own sum is clipped once, not summed again.
+        context_total = lambda g: tf.distribute.get_replica_context(  # noqa
+        ).all_reduce(tf.distribute.ReduceOp.SUM, g)
+
+        def user_step():
+            total = context_total(tf.constant(2.0))
+            opt.apply_gradients([(total, var)],
+                                experimental_aggregate_gradients=False)
+
+        test_util.maybe_function(
+            lambda: strategy.run(user_step), use_tf_function
+        )()
+        self.assertEqual(test_util.local_values(strategy, var), [1.0, 1.0])
+
+    def test_fit_clips_the_aggregated_gradient(self):
+        def make(clipped):
+            inner = keras.optimizers.SGD(0.5, global_clipnorm=0.01)
+            if clipped:
+                return tf_lso.LossScaleOptimizer(inner, initial_scale=256)
+            return inner
+
+        expected, _ = _fit(test_util.default_strategy(), lambda: make(False))
+        actual, _ = _fit(test_util.mirrored_strategy(), lambda: make(True))
+        for a, e in zip(actual, expected):
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)

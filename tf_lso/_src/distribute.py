@@ -53,6 +53,13 @@ def check_replica_context(method_name):
         )
 
 
+def replicas_in_sync():
+    """How many replicas share each step (1 without a strategy)."""
+    if not tf.distribute.has_strategy():
+        return 1
+    return tf.distribute.get_strategy().num_replicas_in_sync
+
+
 def create_variables(fn, *args):
     """Calls `fn(*args)` once, outside any replica and any `tf.function`.
 

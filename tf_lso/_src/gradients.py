@@ -115,6 +115,31 @@ class Packed:
         values = [scale_by(v, factor) for v in self.values]
         return Packed(values, self.aux, self._plan)
 
+    def all_reduced(self):
+        """Returns a Packed whose values are summed over all replicas.
+
+        Must be called in a replica context. One `all_reduce` carries every
+        value (stacks included); `IndexedSlices` stay sparse.
+        """
+        sparse = {
+            entry[1]: entry[2] for entry in self._plan
+            if entry is not None and entry[0] == "sparse"
+        }
+        items = [
+            tf.IndexedSlices(v, *self.aux[sparse[i]]) if i in sparse else v
+            for i, v in enumerate(self.values)
+        ]
+        context = tf.distribute.get_replica_context()
+        reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, items)
+        aux = list(self.aux)
+        values = []
+        for i, value in enumerate(reduced):
+            if i in sparse:
+                aux[sparse[i]] = (value.indices, value.dense_shape)
+                value = value.values
+            values.append(value)
+        return Packed(values, aux, self._plan)
+
     def unpack(self, values=None, aux=None):
         """The gradient list, rebuilt from `values` and `aux` (or our own).
 

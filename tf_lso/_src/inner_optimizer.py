@@ -18,6 +18,9 @@ class _KerasInner:
     """A Keras 3 optimizer."""
 
     has_slots = False
+    # Keras 3 clips each replica's gradients before its all-reduce; TF 2.4
+    # clipped the sum. tf_lso sums first for this kind (see `_apply`).
+    aggregates_before_clipping = False
 
     def build(self, optimizer, var_list):
         if not optimizer.built:
@@ -46,6 +49,8 @@ class _KerasInner:
 
 class _TfKerasInner(_KerasInner):
     """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
+
+    aggregates_before_clipping = True
 
     def build(self, optimizer, var_list):
         optimizer.build(var_list)  # A no-op once built.

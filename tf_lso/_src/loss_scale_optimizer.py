@@ -320,6 +320,15 @@ class LossScaleOptimizer(
         packed = gradients_lib.pack(grads)
         if scaled:
             packed = packed.scaled(1.0 / self._loss_scale())
+        if (
+            aggregate
+            and not self._inner.aggregates_before_clipping
+            and distribute.replicas_in_sync() > 1
+        ):
+            # Sum over replicas before the inner optimizer clips, as TF 2.4
+            # did; the inner optimizer then applies without summing again.
+            packed = packed.all_reduced()
+            aggregate = False
         _, should_apply = self._loss_scale._update_packed(packed)
 
         def apply_fn(values, aux, var_list):
