@@ -149,3 +149,54 @@ def test_pack_unpack_round_trip_any_mix(entries, factor):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+class UnscaleTest(tf.test.TestCase, parameterized.TestCase):
+    """Unscaling by the loss scale, for every scale a loss scale can reach."""
+
+    @parameterized.product(
+        scale=[2.0**126 * 1.5, 2.0**127, F32_MAX],
+        mode=["eager", "tf_function", "jit"],
+        static=[False, True],
+    )
+    def test_huge_scales_do_not_flush_to_zero(self, scale, mode, static):
+        # 1/scale is a float32 subnormal here: multiplied in, CPU kernels
+        # flush it to zero and every gradient became 0.
+        grads = [tf.constant([1.0, -0.5]) * scale, None,
+                 tf.constant(0.25 * scale, tf.float64),
+                 tf.IndexedSlices(tf.constant([[scale]]), tf.constant([1]))]
+
+        variable = tf.Variable(scale)
+
+        def unscale(grads):
+            value = tf.constant(scale) if static else variable.read_value()
+            return gradients.unscale_gradients(grads, value)
+
+        if mode != "eager":
+            unscale = tf.function(unscale, jit_compile=mode == "jit")
+        result = unscale(grads)
+        self.assertAllEqual(result[0], [1.0, -0.5])
+        self.assertIsNone(result[1])
+        self.assertEqual(result[2].dtype, tf.float64)
+        self.assertAllClose(result[2], 0.25, rtol=1e-7)
+        self.assertAllEqual(result[3].values, [[1.0]])
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_ordinary_scales_multiply_by_the_float32_reciprocal(
+        self, use_tf_function
+    ):
+        rng = np.random.default_rng(1)
+        grads = [tf.constant(rng.normal(size=(5,)), tf.float32),
+                 tf.constant(rng.normal(size=(3,)), tf.float16)]
+        for scale in (1000.0, 3.0, 2.0**126, 0.5):
+            unscale = test_util.maybe_function(
+                lambda g, s: gradients.unscale_gradients(g, s),
+                use_tf_function,
+            )
+            result = unscale(grads, tf.constant(scale))
+            reciprocal = tf.constant(1.0) / tf.constant(scale)
+            for g, r in zip(grads, result):
+                self.assertAllEqual(r, g * tf.cast(reciprocal, g.dtype))

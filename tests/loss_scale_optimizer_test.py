@@ -491,3 +491,53 @@ def _unscale_one(grad, reciprocal):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+class HugeScaleTest(tf.test.TestCase, parameterized.TestCase):
+    """Scales above 2**126, which the dynamic rule can reach, still train."""
+
+    @parameterized.product(
+        protocol=["tf2", "keras"],
+        mode=["eager", "tf_function", "jit"],
+        dynamic=[True, False],
+    )
+    def test_steps_apply_the_unscaled_gradient(self, protocol, mode, dynamic):
+        var = tf.Variable(1.0)
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0), dynamic=dynamic, initial_scale=2**127,
+            dynamic_growth_steps=1 if dynamic else None,
+        )
+
+        def step():
+            with tf.GradientTape() as tape:
+                if protocol == "keras":
+                    loss = opt.scale_loss(var * 0.25)
+                else:
+                    loss = opt.get_scaled_loss(var * 0.25)
+            grads = tape.gradient(loss, [var])
+            if protocol == "tf2":
+                grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, [var]))
+
+        if mode != "eager":
+            step = tf.function(step, jit_compile=mode == "jit")
+        step()
+        step()
+        # Growing 2**127 would overflow, so the scale saturates there.
+        self.assertEqual(test_util.num(var), 0.5)
+        self.assertEqual(float(opt.loss_scale), 2.0**127)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_float32_max_scale(self, use_tf_function):
+        var = tf.Variable([1.0, 2.0])
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                        initial_scale=F32_MAX)
+        grads = test_util.maybe_function(
+            opt.get_unscaled_gradients, use_tf_function
+        )([tf.constant([F32_MAX, F32_MAX / 4])])
+        self.assertAllEqual(grads[0], [1.0, 0.25])
+        opt.apply_gradients(zip(grads, [var]))
+        self.assertAllEqual(var, [0.0, 1.75])

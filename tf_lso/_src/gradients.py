@@ -4,6 +4,8 @@ These are the only places where tf_lso touches every gradient, so the
 per-variable cost of loss scaling is decided here.
 """
 
+import math
+
 import tensorflow as tf
 
 
@@ -67,6 +69,20 @@ def scale_by(value, factor):
     return value * tf.cast(factor, value.dtype)
 
 
+# Above this scale the float32 reciprocal 1/scale is subnormal, and CPU
+# kernels flush subnormal operands to zero: multiplying by it would zero
+# every gradient. A dynamic loss scale can grow up to the float32 maximum.
+HUGE_SCALE = 2.0**126
+
+
+def unscale_gradients(grads, scale):
+    """Divides every gradient by the float32 `scale` (see `Packed.unscaled`).
+
+    Returns a list; `None` entries stay `None`, `IndexedSlices` stay sparse.
+    """
+    return pack(grads).unscaled(scale).unpack()
+
+
 def multiply_gradients(grads, factor):
     """Multiplies every gradient by the float32 `factor` cast to its dtype.
 
@@ -114,6 +130,46 @@ class Packed:
         """
         values = [scale_by(v, factor) for v in self.values]
         return Packed(values, self.aux, self._plan)
+
+    def unscaled(self, scale):
+        """Returns a Packed whose values are divided by the loss scale.
+
+        For scales up to `HUGE_SCALE` (all ordinary ones) each value is
+        multiplied by the float32 reciprocal of `scale` cast to its dtype, as
+        TF did. Above it, that reciprocal would be flushed to zero, so the
+        values are divided in float64 instead. When `scale` is not known
+        while tracing, a cond picks the path at run time.
+
+        Args:
+            scale: A float32 scalar (tensor or Python number), positive.
+        """
+        scale = tf.convert_to_tensor(scale, tf.float32)
+
+        def ordinary():
+            return [scale_by(v, 1.0 / scale) for v in self.values]
+
+        static = tf.get_static_value(scale)
+
+        def huge():
+            reciprocal = 1.0 / tf.cast(scale, tf.float64)
+            if static is not None and math.frexp(float(static))[0] == 0.5:
+                # 1/scale is then a float32 subnormal, and XLA would turn the
+                # float64 product back into a float32 one by that constant.
+                # A nudge far below half a float32 ulp prevents that without
+                # changing any rounded result.
+                reciprocal *= 1.0 + 2.0**-30
+            return [
+                tf.cast(tf.cast(v, tf.float64) * reciprocal, v.dtype)
+                for v in self.values
+            ]
+
+        if not self.values:
+            values = []
+        elif static is not None:
+            values = huge() if static > HUGE_SCALE else ordinary()
+        else:
+            values = tf.cond(scale > HUGE_SCALE, huge, ordinary)
+        return Packed(list(values), self.aux, self._plan)
 
     def all_reduced(self):
         """Returns a Packed whose values are summed over all replicas.

@@ -212,7 +212,9 @@ class LossScaleOptimizer(
         """Divides gradients by the loss scale.
 
         Multiplies each gradient by the float32 reciprocal of the loss scale,
-        cast to the gradient's dtype.
+        cast to the gradient's dtype, as TF did. Above 2**126, where that
+        reciprocal is subnormal and CPU kernels flush it to zero, gradients
+        are divided by the scale in float64 instead.
 
         Args:
             grads: A list of gradients; `None` entries stay `None` and
@@ -222,9 +224,7 @@ class LossScaleOptimizer(
             A list of unscaled gradients, in the same order.
         """
         self._keras_scaled_loss = False
-        return gradients_lib.multiply_gradients(
-            list(grads), 1.0 / self._loss_scale()
-        )
+        return gradients_lib.unscale_gradients(list(grads), self._loss_scale())
 
     def scale_loss(self, loss):
         """Keras 3's loss scaling: scales `loss` for the next apply.
@@ -319,7 +319,7 @@ class LossScaleOptimizer(
         # unscales or checks many of them, and the cond gets few inputs.
         packed = gradients_lib.pack(grads)
         if scaled:
-            packed = packed.scaled(1.0 / self._loss_scale())
+            packed = packed.unscaled(self._loss_scale())
         if (
             aggregate
             and not self._inner.aggregates_before_clipping
