@@ -56,7 +56,10 @@ class WrappingTest(tf.test.TestCase, parameterized.TestCase):
         ("zero_scale", {"initial_scale": 0}, ValueError, "positive and finite"),
         ("string_scale", {"initial_scale": "3"}, TypeError, "must be a number"),
         ("zero_growth", {"dynamic_growth_steps": 0}, ValueError, "at least 1"),
-        ("float_growth", {"dynamic_growth_steps": 2.5}, TypeError, "must be an int"),
+        ("float_growth", {"dynamic_growth_steps": 2.5}, ValueError, "must be an integer"),
+        ("nan_growth", {"dynamic_growth_steps": float("nan")}, ValueError,
+         "`dynamic_growth_steps` must be an integer"),
+        ("huge_scale", {"initial_scale": 1e39}, ValueError, "float32"),
     )
     def test_invalid_arguments(self, kwargs, error, message):
         with self.assertRaisesRegex(error, message):

@@ -108,7 +108,6 @@ class FixedLossScaleTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(
         ("true", True, 1.0),
         ("numpy_float64", np.float64(4.0), 4.0),
-        ("inf", float("inf"), float("inf")),
     )
     def test_accepted_values(self, value, expected):
         self.assertEqual(FixedLossScale(value)._loss_scale_value, expected)
@@ -122,6 +121,16 @@ class FixedLossScaleTest(tf.test.TestCase, parameterized.TestCase):
     def test_rejects_non_python_numbers(self, value):
         with self.assertRaisesRegex(
             ValueError, "must be a Python int or float. Received"
+        ):
+            FixedLossScale(value)
+
+    @parameterized.named_parameters(
+        ("inf", float("inf")), ("nan", float("nan")), ("float32_inf", 1e39),
+    )
+    def test_rejects_what_is_not_finite_as_float32(self, value):
+        # TF accepted these; every step then had an inf or NaN loss.
+        with self.assertRaisesRegex(
+            ValueError, "must be at least 1. Received: loss_scale_value="
         ):
             FixedLossScale(value)
 

@@ -6,31 +6,6 @@ from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import optimizer_config
 
 
-@pytest.mark.parametrize("value", [1, 2.5, 2**15])
-def test_positive_scale_accepts_positive_numbers(value):
-    assert optimizer_config.positive_scale(value, "initial_scale") == value
-
-
-@pytest.mark.parametrize("value, error, message", [
-    ("8", TypeError, 'must be a number, but got: \'8\' of type str'),
-    (True, TypeError, "must be a number"),
-    (0, ValueError, "must be positive and finite, but got: 0"),
-    (float("inf"), ValueError, "must be positive and finite"),
-    (float("nan"), ValueError, "must be positive and finite"),
-])
-def test_positive_scale_rejects(value, error, message):
-    with pytest.raises(error, match=message):
-        optimizer_config.positive_scale(value, "initial_scale")
-
-
-@pytest.mark.parametrize("value, error", [
-    (0, ValueError), (2.0, TypeError), (True, TypeError),
-])
-def test_growth_steps_rejects(value, error):
-    with pytest.raises(error, match='"dynamic_growth_steps"'):
-        optimizer_config.growth_steps(value)
-
-
 def test_upgrade_tf2_3_config():
     config = {
         "optimizer": {"class_name": "SGD", "config": {"learning_rate": 1.0}},

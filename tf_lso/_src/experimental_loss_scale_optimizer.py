@@ -10,6 +10,7 @@ import numbers
 import keras
 
 from tf_lso._src import distribute, optimizer_config, serialization
+from tf_lso._src import validation
 from tf_lso._src import inner_optimizer as inner_lib
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import loss_scale_optimizer as lso_lib
@@ -24,7 +25,7 @@ def _to_loss_scale(loss_scale):
     if isinstance(loss_scale, numbers.Real) and not isinstance(
         loss_scale, bool
     ):
-        value = optimizer_config.positive_scale(loss_scale, "loss_scale")
+        value = validation.scale(loss_scale, "loss_scale")
         return loss_scale_lib.FixedLossScale._unchecked(value)
     if serialization.is_tensorflow_loss_scale(loss_scale):
         loss_scale = serialization.from_tensorflow_loss_scale(loss_scale)

@@ -7,13 +7,13 @@ to know which one it holds.
 """
 
 import abc
-import numbers
 import operator
 
 import numpy as np
 import tensorflow as tf
 
 from tf_lso._src import gradients as gradients_lib
+from tf_lso._src import validation
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -150,12 +150,14 @@ class FixedLossScale(LossScale):
     """A loss scale that never changes.
 
     Args:
-        loss_scale_value: A Python int or float, at least 1. Gradients are
-            never checked for finiteness: a non-finite step is applied.
+        loss_scale_value: A Python int or float, at least 1 and finite as a
+            float32. Gradients are never checked for finiteness: a non-finite
+            step is applied.
 
     Raises:
-        ValueError: If `loss_scale_value` is not a Python int or float, or is
-            below 1 (the exception type TF used for both).
+        ValueError: If `loss_scale_value` is not a Python int or float, is
+            below 1 (the exception type TF used for both), or is infinite or
+            NaN as a float32 (TF accepted those).
 
     >>> loss_scale = tf_lso.experimental.FixedLossScale(1024)
     >>> loss_scale
@@ -173,13 +175,9 @@ class FixedLossScale(LossScale):
                 f"loss_scale_value={loss_scale_value!r} of type "
                 f"{type(loss_scale_value).__name__}. Convert it with float()."
             )
-        if loss_scale_value < 1:
-            raise ValueError(
-                "`loss_scale_value` must be at least 1. Received: "
-                f"loss_scale_value={loss_scale_value!r}. For a scale below 1 "
-                "use tf_lso.LossScaleOptimizer(opt, dynamic=False, "
-                "initial_scale=...)."
-            )
+        validation.scale(
+            float(loss_scale_value), "loss_scale_value", minimum=1
+        )
         super().__init__()
         self._loss_scale_value = float(loss_scale_value)
 
@@ -221,15 +219,6 @@ class FixedLossScale(LossScale):
         return f"FixedLossScale({self._loss_scale_value})"
 
 
-def _real_number(name, value):
-    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"`{name}` must be a number. Received: {name}={value!r} of type "
-            f"{type(value).__name__}."
-        )
-    return float(value)
-
-
 class DynamicLossScale(LossScale):
     """A loss scale that grows while gradients stay finite and backs off.
 
@@ -268,26 +257,11 @@ class DynamicLossScale(LossScale):
         self, initial_loss_scale=2**15, increment_period=2000, multiplier=2.0
     ):
         super().__init__()
-        initial = _real_number("initial_loss_scale", initial_loss_scale)
-        if not 0 < initial < float("inf"):
-            raise ValueError(
-                "`initial_loss_scale` must be positive and finite. Received: "
-                f"initial_loss_scale={initial_loss_scale!r}."
-            )
-        period = _real_number("increment_period", increment_period)
-        if period < 1 or period != int(period):
-            raise ValueError(
-                "`increment_period` must be an integer of at least 1. "
-                f"Received: increment_period={increment_period!r}."
-            )
-        factor = _real_number("multiplier", multiplier)
-        if not 1 <= factor < float("inf"):
-            raise ValueError(
-                "`multiplier` must be a finite number of at least 1. "
-                f"Received: multiplier={multiplier!r}."
-            )
+        initial = validation.scale(initial_loss_scale, "initial_loss_scale")
+        period = validation.integer(increment_period, "increment_period")
+        factor = validation.scale(multiplier, "multiplier", minimum=1)
         self._initial_loss_scale = initial
-        self._increment_period = int(period)
+        self._increment_period = period
         self._multiplier = factor
         self.current_loss_scale = state_variable(
             initial, tf.float32, "current_loss_scale"

@@ -10,6 +10,7 @@ from tf_lso._src import inner_forwarding
 from tf_lso._src import inner_optimizer as inner_lib
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import optimizer_config
+from tf_lso._src import validation
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
@@ -36,10 +37,13 @@ class LossScaleOptimizer(
             tf_keras (legacy) optimizer in custom training loops.
         dynamic: Whether the loss scale changes during training. Must be a
             bool.
-        initial_scale: The starting loss scale. Defaults to 2**15 when
-            `dynamic` is True; required when it is False.
-        dynamic_growth_steps: Finite steps before the scale doubles. Defaults
-            to 2000; must be None when `dynamic` is False.
+        initial_scale: The starting loss scale, a number that is positive
+            and finite as a float32. Defaults to 2**15 when `dynamic` is
+            True; required when it is False.
+        dynamic_growth_steps: Finite steps before the scale doubles, an
+            integer of at least 1 (integral floats such as 2.0 are accepted,
+            as in TF 2.4). Defaults to 2000; must be None when `dynamic` is
+            False.
 
     Raises:
         TypeError: If `inner_optimizer` is not a supported optimizer or is a
@@ -78,13 +82,14 @@ class LossScaleOptimizer(
         distribute.check_strategy_supported()
         if dynamic:
             loss_scale = loss_scale_lib.DynamicLossScale(
-                optimizer_config.positive_scale(
+                validation.scale(
                     2.0**15 if initial_scale is None else initial_scale,
                     "initial_scale",
                 ),
-                optimizer_config.growth_steps(
+                validation.integer(
                     2000 if dynamic_growth_steps is None
-                    else dynamic_growth_steps
+                    else dynamic_growth_steps,
+                    "dynamic_growth_steps",
                 ),
                 multiplier=2.0,
             )
@@ -100,7 +105,7 @@ class LossScaleOptimizer(
                     "with dynamic=True."
                 )
             loss_scale = loss_scale_lib.FixedLossScale._unchecked(
-                optimizer_config.positive_scale(initial_scale, "initial_scale")
+                validation.scale(initial_scale, "initial_scale")
             )
         self._init_wrapper(inner_optimizer, adapter, loss_scale)
 

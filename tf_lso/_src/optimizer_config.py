@@ -1,35 +1,7 @@
 """Validating and reading `LossScaleOptimizer` settings and configs."""
 
-import numbers
-
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import serialization
-
-
-def positive_scale(value, name):
-    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f'"{name}" must be a number, but got: {value!r} of type '
-            f"{type(value).__name__}."
-        )
-    if not 0 < float(value) < float("inf"):
-        raise ValueError(
-            f'"{name}" must be positive and finite, but got: {value!r}.'
-        )
-    return float(value)
-
-
-def growth_steps(value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(
-            '"dynamic_growth_steps" must be an int, but got: '
-            f"{value!r} of type {type(value).__name__}."
-        )
-    if value < 1:
-        raise ValueError(
-            f'"dynamic_growth_steps" must be at least 1, but got: {value!r}.'
-        )
-    return int(value)
 
 
 def check_config_multiplier(loss_scale):

@@ -1,0 +1,85 @@
+"""Checks of the numbers users pass to loss scales and loss scale optimizers.
+
+A loss scale lives in a float32 variable, so a scale is judged by its
+float32 value: `1e39` is infinite there and `1e-50` is zero, though both are
+fine Python floats. Step counts are compared with an int64 counter.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+# The smallest normal float32. Below it a scale is subnormal (CPU kernels
+# flush it to zero) and its reciprocal overflows.
+SMALLEST_SCALE = 2.0**-126
+_INT64_MAX = 2**63 - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _number(value, name):
+    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"`{name}` must be a number. Received: {name}={value!r} of type "
+            f"{type(value).__name__}."
+        )
+    return float(value)
+
+
+def scale(value, name, minimum=SMALLEST_SCALE):
+    """Returns `value` as a Python float if its float32 is a usable scale.
+
+    Args:
+        value: The number passed by the user.
+        name: The argument's name, for messages.
+        minimum: The smallest accepted float32 value: 1 where TF required a
+            scale of at least 1, else the smallest normal float32.
+
+    Raises:
+        TypeError: If `value` is not a number.
+        ValueError: If its float32 value is not finite or below `minimum`.
+    """
+    number = _number(value, name)
+    with np.errstate(over="ignore", under="ignore"):
+        as_float32 = float(np.float32(number))
+    if math.isfinite(as_float32) and as_float32 >= minimum:
+        return number
+    received = f"{name}={value!r}"
+    if as_float32 != number and not math.isnan(number):
+        received += f", which is {as_float32!r} as a float32"
+    bound = "at least 1" if minimum == 1 else "positive and finite"
+    raise ValueError(
+        f"`{name}` must be {bound}. Received: {received}. Loss scales are "
+        f"float32: pass a number from {minimum:.8g} to {_FLOAT32_MAX:.8g}."
+    )
+
+
+def integer(value, name, minimum=1):
+    """Returns `value` as an int: ints, and floats with an integral value.
+
+    TF 2.4 passed values such as `dynamic_growth_steps=2.0` through `int()`,
+    and its own tests relied on that.
+
+    Args:
+        value: The number passed by the user.
+        name: The argument's name, for messages.
+        minimum: The smallest accepted value.
+
+    Raises:
+        TypeError: If `value` is not a number.
+        ValueError: If it is NaN, infinite, not integral, below `minimum` or
+            above the int64 maximum.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"`{name}` must be an integer. Received: {name}={value!r} of type "
+            f"{type(value).__name__}."
+        )
+    integral = isinstance(value, numbers.Integral) or float(value).is_integer()
+    if not integral or not minimum <= value <= _INT64_MAX:
+        raise ValueError(
+            f"`{name}` must be an integer of at least {minimum} (it is "
+            f"counted in int64). Received: {name}={value!r}. Integral floats "
+            f"such as 2.0 are accepted."
+        )
+    return int(value)
