@@ -10,6 +10,9 @@ from absl.testing import parameterized
 
 import tf_lso
 
+NAN = float("nan")
+INF = float("inf")
+
 tf_keras = pytest.importorskip("tf_keras")
 
 # Gradient multipliers per step: inf makes the step overflow.
@@ -366,3 +369,89 @@ class CrossRestoreTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class CorruptScaleTest(tf.test.TestCase, parameterized.TestCase):
+    """A checkpoint whose loss scale is not a usable number."""
+
+    def _restored(self, value):
+        """A fresh optimizer and variable restored from a scale of `value`."""
+        var = tf.Variable(1.0)
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                        initial_scale=8, dynamic_growth_steps=2)
+        opt.apply_gradients([(tf.constant(0.5), var)])
+        opt._loss_scale.current_loss_scale.assign(value)
+        path = tf.train.Checkpoint(opt=opt, var=var).save(
+            self.create_tempdir().full_path + "/ckpt")
+        var = tf.Variable(0.0)
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                        initial_scale=8, dynamic_growth_steps=2)
+        tf.train.Checkpoint(opt=opt, var=var).restore(path).assert_consumed()
+        return opt, var
+
+    def _step(self, opt, var, mode):
+        def step():
+            with tf.GradientTape() as tape:
+                loss = opt.get_scaled_loss(var * 0.25)
+            grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+            opt.apply_gradients(zip(grads, [var]))
+
+        if mode != "eager":
+            step = tf.function(step, jit_compile=mode == "jit")
+        step()
+
+    def _state(self, opt, var):
+        return [float(var), float(opt.loss_scale),
+                test_util.num(opt.dynamic_counter),
+                test_util.num(opt.iterations)]
+
+    @parameterized.product(value=[NAN, INF], mode=["eager", "tf_function"])
+    def test_non_finite_scale_raises_on_the_first_apply(self, value, mode):
+        opt, var = self._restored(value)
+        before = self._state(opt, var)
+        error = ValueError if mode == "eager" else tf.errors.InvalidArgumentError
+        with self.assertRaisesRegex(error, "corrupt checkpoint"):
+            self._step(opt, var, mode)
+        if mode == "eager":
+            self.assertIn(f"The loss scale is {value}", self._message(opt, var))
+        # Nothing changed: the error came before any update.
+        self.assertAllEqual(self._state(opt, var), before)
+
+    def _message(self, opt, var):
+        try:
+            self._step(opt, var, "eager")
+        except ValueError as e:
+            return str(e)
+        return ""
+
+    @parameterized.parameters(NAN, INF)
+    def test_non_finite_scale_restarts_under_xla(self, value):
+        # XLA drops assertions: the step is skipped and the scale restarts
+        # from its initial value, so training goes on.
+        opt, var = self._restored(value)
+        self._step(opt, var, "jit")
+        self.assertEqual(self._state(opt, var), [0.5, 8.0, 0, 2])
+        self._step(opt, var, "jit")
+        self.assertEqual(self._state(opt, var), [0.25, 8.0, 1, 3])
+
+    @parameterized.parameters("eager", "tf_function", "jit")
+    def test_zero_scale_skips_one_step_then_trains(self, mode):
+        # 0 makes the unscaled gradient 0 * inf = NaN: skipped, and the
+        # back-off's floor of 1 repairs the scale.
+        opt, var = self._restored(0.0)
+        self._step(opt, var, mode)
+        self.assertEqual(self._state(opt, var), [0.5, 1.0, 0, 2])
+        self.assertEqual(test_util.num(opt.skipped_steps), 1)
+        self._step(opt, var, mode)
+        self.assertEqual(self._state(opt, var), [0.25, 1.0, 1, 3])
+
+    @parameterized.parameters("eager", "tf_function", "jit")
+    def test_negative_scale_trains_until_the_first_overflow(self, mode):
+        # The sign cancels between scaling and unscaling, so steps are exact;
+        # the first overflow backs off to the floor of 1.
+        opt, var = self._restored(-4.0)
+        self._step(opt, var, mode)
+        # Restored: var 0.5, counter 1 of 2, so this step grows the scale.
+        self.assertEqual(self._state(opt, var), [0.25, -8.0, 0, 2])
+        opt.apply_gradients([(tf.constant(INF), var)])
+        self.assertEqual(self._state(opt, var), [0.25, 1.0, 0, 3])

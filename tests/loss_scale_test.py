@@ -333,6 +333,39 @@ def _reference_trajectory(init, period, multiplier, inputs):
     return scales, counts
 
 
+class GraphModeTest(tf.test.TestCase):
+    """tf.compat.v1 graphs and sessions, as TF 1.x-style code used them."""
+
+    def test_update_op_is_a_tensor(self):
+        with tf.Graph().as_default():
+            loss_scale = DynamicLossScale(2, 1)
+            grad = tf.compat.v1.placeholder(tf.float32, [])
+            update_op, should_apply = loss_scale.update([grad])
+            self.assertIsInstance(update_op, tf.Tensor)
+            train_op = tf.identity(update_op)  # TF 2.x code did this.
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                trajectory = []
+                for value in (1.0, 1.0, NAN, 1.0):
+                    _, applied = session.run([train_op, should_apply],
+                                             {grad: value})
+                    trajectory.append(
+                        (session.run(loss_scale()), bool(applied)))
+        self.assertEqual(trajectory,
+                         [(4.0, True), (8.0, True), (4.0, False), (8.0, True)])
+
+    def test_corrupt_scale_fails_the_session_run(self):
+        with tf.Graph().as_default():
+            loss_scale = DynamicLossScale(2, 1)
+            update_op, _ = loss_scale.update([tf.constant(NAN)])
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                session.run(loss_scale.current_loss_scale.assign(NAN))
+                with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                            "corrupt checkpoint"):
+                    session.run(update_op)
+
+
 class DynamicLossScalePropertyTest(tf.test.TestCase):
     @hypothesis.settings(max_examples=40, deadline=None)
     @hypothesis.given(

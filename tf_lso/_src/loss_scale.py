@@ -309,16 +309,37 @@ class DynamicLossScale(LossScale):
             a bool scalar tensor, True iff all gradients on all replicas are
             finite.
         """
-        is_finite = gradients_lib.all_finite(grads)
-        return self._update_state(is_finite), is_finite
+        return self._update_state(gradients_lib.all_finite(grads))
 
     def _update_packed(self, packed):
         return self.update(packed.values)
 
     def _update_state(self, is_finite):
-        """Assigns the next scale and counter; branch-free, so XLA-friendly."""
+        """Assigns the next scale and counter; branch-free, so XLA-friendly.
+
+        Returns:
+            `(update_op, is_finite)`, as `update` does.
+        """
         scale = tf.convert_to_tensor(self.current_loss_scale)
         count = tf.convert_to_tensor(self.good_steps)
+        # A finite scale never becomes NaN or inf, but a restored one can be
+        # (a corrupt checkpoint): then every step would be skipped, silently
+        # and forever. Only looked at on non-finite steps, before any state
+        # changes.
+        scale_ok = tf.logical_or(is_finite, tf.math.is_finite(scale))
+        if tf.executing_eagerly():
+            if not bool(scale_ok):
+                raise ValueError(_corrupt_scale_message(float(scale)))
+        else:
+            check = tf.debugging.Assert(
+                scale_ok, [_corrupt_scale_message("<shown below>"), scale]
+            )
+            # Every state change and the apply/skip decision wait for it.
+            with tf.control_dependencies([check]):
+                scale, count, is_finite = (
+                    tf.identity(scale), tf.identity(count),
+                    tf.identity(is_finite),
+                )
         finite_scale, finite_count = self._update_if_finite(scale, count)
         new_scale = tf.where(
             is_finite, finite_scale, self._update_if_not_finite(scale)
@@ -328,7 +349,12 @@ class DynamicLossScale(LossScale):
             self.current_loss_scale.assign(new_scale, read_value=False),
             self.good_steps.assign(new_count, read_value=False),
         ]
-        return None if tf.executing_eagerly() else tf.group(ops)
+        if tf.executing_eagerly():
+            return None, is_finite
+        # A Tensor, as TF's update op was, so `tf.identity(update_op)` works
+        # in tf.compat.v1 graphs: the new scale, read after both writes.
+        with tf.control_dependencies(ops):
+            return tf.identity(new_scale), is_finite
 
     def _update_if_finite(self, scale, count):
         should_grow = count + 1 >= self._increment_period
@@ -339,7 +365,12 @@ class DynamicLossScale(LossScale):
         return new_scale, new_count
 
     def _update_if_not_finite(self, scale):
-        return tf.maximum(scale / self._multiplier, 1.0)
+        backed_off = tf.maximum(scale / self._multiplier, 1.0)
+        # Reached only under XLA, which drops the assertion in
+        # `_update_state`: a corrupt scale restarts from the initial value.
+        return tf.where(
+            tf.math.is_finite(scale), backed_off, self._initial_loss_scale
+        )
 
     def get_config(self):
         """Returns the constructor arguments; the current state is not config.
@@ -376,6 +407,15 @@ class DynamicLossScale(LossScale):
             f"{self.current_loss_scale.numpy()}, num_good_steps="
             f"{self.good_steps.numpy()}, {config}"
         )
+
+
+def _corrupt_scale_message(value):
+    return (
+        f"The loss scale is {value}, which is not finite, so every step "
+        "would be skipped. It was probably restored from a corrupt "
+        "checkpoint. Restore an earlier checkpoint, or assign a finite value "
+        "(such as 32768.0) to the loss scale's `current_loss_scale` variable."
+    )
 
 
 def state_variable(initial_value, dtype, name):
