@@ -541,3 +541,62 @@ class HugeScaleTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(grads[0], [1.0, 0.25])
         opt.apply_gradients(zip(grads, [var]))
         self.assertAllEqual(var, [0.0, 1.75])
+
+
+def _inner_of_kind(kind):
+    if kind == "keras":
+        return keras.optimizers.SGD(1.0)
+    tf_keras = __import__("pytest").importorskip("tf_keras")
+    if kind == "tf_keras":
+        return tf_keras.optimizers.SGD(1.0)
+    return tf_keras.optimizers.legacy.SGD(1.0)
+
+
+class InvalidApplyTest(tf.test.TestCase, parameterized.TestCase):
+    """A failing apply_gradients leaves the loss scale and counters alone."""
+
+    @parameterized.product(
+        kind=["keras", "tf_keras", "tf_keras_legacy"],
+        case=["empty", "only_none", "tensor", "shape", "sparse_shape",
+              "unowned"],
+        use_tf_function=[False, True],
+    )
+    def test_error_before_any_state_change(self, kind, case, use_tf_function):
+        if case == "unowned" and kind == "tf_keras_legacy":
+            self.skipTest("OptimizerV2 is not bound to its first variables.")
+        var = tf.Variable([1.0, 2.0])
+        opt = tf_lso.LossScaleOptimizer(_inner_of_kind(kind), initial_scale=4,
+                                        dynamic_growth_steps=1)
+        opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
+        other = tf.Variable([3.0, 4.0])
+        pairs = {
+            "empty": [],
+            "only_none": [(None, var)],
+            "tensor": [(tf.constant([1.0, 1.0]), tf.constant([1.0, 2.0]))],
+            "shape": [(tf.constant([1.0, 1.0, 1.0]), var)],
+            "sparse_shape": [(tf.IndexedSlices(tf.constant([[1.0, 1.0]]),
+                                               tf.constant([0])), var)],
+            "unowned": [(tf.constant([1.0, 1.0]), other)],
+        }[case]
+        error, message = {
+            "empty": (ValueError, "No gradients provided for any variable"),
+            "only_none": (ValueError, "No gradients provided for any variable"),
+            "tensor": (TypeError, "must be a variable. Received: a "),
+            "shape": (ValueError, r"shape \(3,\), but .* shape \(2,\)"),
+            "sparse_shape": (ValueError, r"shape \(None, 2\), but .* shape \(2,\)"),
+            "unowned": ((ValueError, KeyError), "."),
+        }[case]
+        apply = test_util.maybe_function(
+            lambda: opt.apply_gradients(pairs), use_tf_function
+        )
+        before = [float(opt.loss_scale), test_util.num(opt.dynamic_counter),
+                  test_util.num(opt.iterations),
+                  test_util.num(opt.skipped_steps)]
+        self.assertEqual(before, [8.0, 0, 1, 0])
+        with self.assertRaisesRegex(error, message):
+            apply()
+        after = [float(opt.loss_scale), test_util.num(opt.dynamic_counter),
+                 test_util.num(opt.iterations),
+                 test_util.num(opt.skipped_steps)]
+        self.assertEqual(after, before)
+        self.assertAllEqual(var, [0.0, 1.0])

@@ -139,6 +139,35 @@ def keras_trainable_variables(optimizer):
     return optimizer._trainable_variables
 
 
+def keras_check_variables_are_known(optimizer, var_list):
+    """Raises Keras 3's ValueError for variables a built optimizer lacks.
+
+    Private hook: `BaseOptimizer._check_variables_are_known` (Keras 3.0 to
+    3.15), which `apply` itself calls; tf_lso calls it first, before any of
+    its own state changes.
+    """
+    optimizer._check_variables_are_known(var_list)
+
+
+def tf_keras_check_variables_are_known(optimizer, var_list):
+    """Raises tf_keras's KeyError for variables a built optimizer lacks.
+
+    Private: tf_keras 2.16 to 2.21 `Optimizer._var_key` and `_index_dict`,
+    which its update step reads (and fails on) for unknown variables.
+    """
+    for variable in var_list:
+        if optimizer._var_key(variable) not in optimizer._index_dict:
+            raise KeyError(
+                f"The optimizer cannot recognize variable {variable.name}. "
+                "This usually means you are trying to call the optimizer to "
+                "update different parts of the model separately. Please call "
+                "`optimizer.build(variables)` with the full list of trainable "
+                "variables before the training loop or use legacy optimizer "
+                "`tf.keras.optimizers.legacy."
+                f"{type(optimizer).__name__}`."
+            )
+
+
 _NO_ALL_REDUCE_LOCK = threading.Lock()
 
 

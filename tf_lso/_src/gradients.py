@@ -6,6 +6,7 @@ per-variable cost of loss scaling is decided here.
 
 import math
 
+import keras
 import tensorflow as tf
 
 
@@ -61,6 +62,60 @@ def all_finite(grads):
             tf.distribute.ReduceOp.SUM, local_nonfinite(grads)
         )
     return tf.equal(total, 0.0)
+
+
+def check_grads_and_vars(grads, var_list):
+    """Raises before any state changes if an apply could not succeed.
+
+    Args:
+        grads: The gradients (tensors, `IndexedSlices` or `None`).
+        var_list: The variables, in the same order.
+
+    Raises:
+        ValueError: If there are no pairs, every gradient is `None`, or a
+            gradient's static shape cannot be its variable's.
+        TypeError: If a variable is not a variable.
+    """
+    if all(g is None for g in grads):
+        names = [getattr(v, "name", repr(v)) for v in var_list]
+        received = (
+            f"{len(grads)} gradients, all None (variables: {names})" if grads
+            else "no (gradient, variable) pairs"
+        )
+        raise ValueError(
+            f"No gradients provided for any variable. Received: {received}. "
+            "Check that the loss depends on the variables and is computed "
+            "under the tape."
+        )
+    for i, (grad, var) in enumerate(zip(grads, var_list)):
+        if not isinstance(var, (tf.Variable, keras.Variable)):
+            raise TypeError(
+                "Each (gradient, variable) pair's variable must be a "
+                f"variable. Received: a {type(var).__name__} at position {i}: "
+                f"{var!r}. Pass the variable itself (e.g. `layer.kernel`), "
+                "not a value computed from it."
+            )
+        if grad is None:
+            continue
+        shape = grad.values.shape if isinstance(grad, tf.IndexedSlices) else (
+            tf.convert_to_tensor(grad).shape)
+        var_shape = tf.TensorShape(var.shape)
+        if isinstance(grad, tf.IndexedSlices):
+            fits = shape[1:].is_compatible_with(var_shape[1:])
+            shape = tf.TensorShape([None]).concatenate(shape[1:])
+        else:
+            fits = shape.is_compatible_with(var_shape)
+        if not fits:
+            raise ValueError(
+                f"The gradient for variable {getattr(var, 'name', var)!r} has "
+                f"shape {_shape(shape)}, but the variable has shape "
+                f"{_shape(var_shape)}. Received: a mismatched pair at "
+                f"position {i}. Pass each gradient with its own variable."
+            )
+
+
+def _shape(shape):
+    return str(tuple(shape.as_list())) if shape.rank is not None else "unknown"
 
 
 def scale_by(value, factor):

@@ -37,6 +37,10 @@ class _KerasInner:
     def serialize(self, optimizer):
         return keras.optimizers.serialize(optimizer)
 
+    def check_variables(self, optimizer, var_list):
+        """Raises the inner optimizer's error for variables it cannot update."""
+        compat.keras_check_variables_are_known(optimizer, var_list)
+
     def variables(self, optimizer):
         return list(optimizer.variables)
 
@@ -63,6 +67,9 @@ class _TfKerasInner(_KerasInner):
     def serialize(self, optimizer):
         return compat.tf_keras_module().optimizers.serialize(optimizer)
 
+    def check_variables(self, optimizer, var_list):
+        compat.tf_keras_check_variables_are_known(optimizer, var_list)
+
 
 class _TfKerasLegacyInner(_TfKerasInner):
     """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
@@ -81,6 +88,9 @@ class _TfKerasLegacyInner(_TfKerasInner):
 
     def variables(self, optimizer):
         return list(optimizer.variables())
+
+    def check_variables(self, optimizer, var_list):
+        del optimizer, var_list  # OptimizerV2 updates any variable.
 
 
 def _is_loss_scale_optimizer(optimizer):

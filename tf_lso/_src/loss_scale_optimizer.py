@@ -318,8 +318,11 @@ class LossScaleOptimizer(
     def _apply(self, grads, var_list, name, aggregate, scaled):
         distribute.check_replica_context("apply_gradients")
         distribute.check_strategy_supported()
+        # Every check comes before the first state change.
+        gradients_lib.check_grads_and_vars(grads, var_list)
         # Variables cannot be created inside the cond below.
         distribute.create_variables(self._build_inner, var_list)
+        self._inner.check_variables(self._optimizer, var_list)
         # Small gradients travel stacked (see gradients.Packed): one op
         # unscales or checks many of them, and the cond gets few inputs.
         packed = gradients_lib.pack(grads)
