@@ -116,3 +116,36 @@ def test_keras_apply_without_all_reduce_hook():
     local = strategy.experimental_local_results(var)
     assert [float(v) for v in local] == [-1.0, -2.0]
     assert "_all_reduce_sum_gradients" not in vars(optimizer)
+
+
+def test_keras_is_auto_name_hook():
+    import keras
+
+    classes = [keras.optimizers.SGD, keras.optimizers.Adam,
+               keras.optimizers.AdamW, keras.optimizers.RMSprop,
+               keras.optimizers.Adagrad, keras.optimizers.Nadam,
+               keras.optimizers.Lion, keras.optimizers.LossScaleOptimizer]
+    for cls in classes[:-1]:
+        first, second = cls(), cls()
+        assert compat.keras_is_auto_name(first), first.name
+        assert compat.keras_is_auto_name(second), second.name
+        assert first.name != second.name
+    assert not compat.keras_is_auto_name(keras.optimizers.SGD(name="mine"))
+    assert not compat.keras_is_auto_name(keras.optimizers.SGD(name="sgd_x"))
+
+
+def test_check_variables_are_known_hooks():
+    import keras
+
+    known, unknown = tf.Variable(1.0), tf.Variable(2.0)
+    optimizer = keras.optimizers.SGD()
+    optimizer.build([known])
+    compat.keras_check_variables_are_known(optimizer, [known])
+    with pytest.raises(ValueError, match="Unknown variable"):
+        compat.keras_check_variables_are_known(optimizer, [unknown])
+    tf_keras = pytest.importorskip("tf_keras")
+    optimizer = tf_keras.optimizers.SGD()
+    optimizer.build([known])
+    compat.tf_keras_check_variables_are_known(optimizer, [known])
+    with pytest.raises(KeyError, match="cannot recognize variable"):
+        compat.tf_keras_check_variables_are_known(optimizer, [unknown])

@@ -80,6 +80,36 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
         plain = tf_lso.LossScaleOptimizer(_sgd(), **kwargs)
         self.assertEqual(experimental.get_config(), plain.get_config())
 
+    @parameterized.named_parameters(
+        ("dynamic", ("dynamic",), {}),
+        ("fixed", (123,), {"dynamic": False, "initial_scale": 123}),
+        ("dynamic_object", (DynamicLossScale(2048, 500),),
+         {"initial_scale": 2048, "dynamic_growth_steps": 500}),
+    )
+    def test_tf24_doc_examples_hold_verbatim(self, args, kwargs):
+        # As the TF 2.4 docs wrote them: two separately built SGDs, whose
+        # auto-generated Keras 3 names differ ("sgd", "sgd_1").
+        experimental = Experimental(keras.optimizers.SGD(), *args)
+        plain = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), **kwargs)
+        self.assertNotEqual(experimental.inner_optimizer.name,
+                            plain.inner_optimizer.name)
+        self.assertEqual(experimental.get_config(), plain.get_config())
+        self.assertNotIn("name", plain.get_config()["inner_optimizer"]["config"])
+        restored = tf_lso.LossScaleOptimizer.from_config(plain.get_config())
+        self.assertEqual(restored.get_config(), plain.get_config())
+
+    def test_a_chosen_inner_name_is_configuration(self):
+        config = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(name="encoder_sgd")).get_config()
+        self.assertEqual(config["inner_optimizer"]["config"]["name"],
+                         "encoder_sgd")
+        restored = tf_lso.LossScaleOptimizer.from_config(config)
+        self.assertEqual(restored.inner_optimizer.name, "encoder_sgd")
+        self.assertNotEqual(
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(name="a")).get_config(),
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(name="b")).get_config(),
+        )
+
     def test_dynamic_loss_scale_is_used_not_copied(self):
         loss_scale = DynamicLossScale(4, 1)
         loss_scale.current_loss_scale.assign(2.0)
@@ -268,3 +298,97 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class FromConfigTest(tf.test.TestCase, parameterized.TestCase):
+    """`from_config` of both classes: keywords, validation, clear errors."""
+
+    @parameterized.named_parameters(
+        ("v2", tf_lso.LossScaleOptimizer,
+         lambda: tf_lso.LossScaleOptimizer(_sgd(), initial_scale=64,
+                                           dynamic_growth_steps=3)),
+        ("v1", Experimental,
+         lambda: Experimental(_sgd(), DynamicLossScale(64, 3))),
+        ("v1_fixed", Experimental, lambda: Experimental(_sgd(), 12)),
+        ("v1_custom", Experimental,
+         lambda: Experimental(_sgd(), _HalvingLossScale())),
+    )
+    def test_kwargs_forwarding_subclass_round_trips(self, base, make):
+        # The pattern of Horovod-style wrappers: everything by keyword.
+        forwarded = []
+
+        class Wrapper(base):
+            def __init__(self, **kwargs):
+                forwarded.append(sorted(kwargs))
+                super().__init__(**kwargs)
+
+        original = make()
+        restored = Wrapper.from_config(
+            original.get_config(),
+            custom_objects={"_HalvingLossScale": _HalvingLossScale},
+        )
+        self.assertIsInstance(restored, Wrapper)
+        self.assertEqual(restored.get_config(), original.get_config())
+        expected = (["loss_scale", "optimizer"] if base is Experimental
+                    else ["dynamic", "dynamic_growth_steps", "initial_scale",
+                          "inner_optimizer"])
+        self.assertEqual(forwarded, [expected])
+
+    @parameterized.named_parameters(
+        ("zero_scale", {"initial_scale": 0}, ValueError, "positive and finite"),
+        ("zero_growth", {"dynamic_growth_steps": 0}, ValueError,
+         "must be an integer of at least 1"),
+        ("string_dynamic", {"dynamic": "no"}, TypeError, "must be a bool"),
+        ("huge_scale", {"initial_scale": 1e39}, ValueError, "float32"),
+        ("fixed_without_scale", {"dynamic": False}, ValueError,
+         "must be specified"),
+        ("fixed_with_growth", {"dynamic": False, "initial_scale": 2,
+                               "dynamic_growth_steps": 3}, ValueError,
+         "must be None"),
+    )
+    def test_validates_like_the_constructor(self, settings, error, message):
+        config = {"inner_optimizer": keras.optimizers.serialize(_sgd()),
+                  **settings}
+        for cls in (Experimental, tf_lso.LossScaleOptimizer):
+            with self.assertRaisesRegex(error, message):
+                cls.from_config(dict(config))
+            with self.assertRaisesRegex(error, message):
+                tf_lso.LossScaleOptimizer(_sgd(), **settings)
+
+    def test_integral_float_growth_steps(self):
+        config = {"inner_optimizer": keras.optimizers.serialize(_sgd()),
+                  "dynamic_growth_steps": 4.0}
+        for cls in (Experimental, tf_lso.LossScaleOptimizer):
+            self.assertEqual(cls.from_config(dict(config)).dynamic_growth_steps, 4)
+
+    @parameterized.named_parameters(
+        ("list", [("inner_optimizer", {})], TypeError, "needs a dict"),
+        ("string", "dynamic", TypeError, "needs a dict"),
+        ("unknown_key", {"inner_optimizer": {}, "loss_scale_value": 2},
+         TypeError, r"unknown keys \['loss_scale_value'\]"),
+        ("mixed_formats", {"optimizer": {}, "loss_scale": "dynamic",
+                           "dynamic": True},
+         TypeError, r"unknown keys \['dynamic'\]"),
+        ("no_optimizer", {"dynamic": True}, ValueError,
+         r"needs the keys \['inner_optimizer'\]"),
+        ("tf23_without_loss_scale", {"optimizer": {}}, ValueError,
+         r"needs the keys \['loss_scale'\]"),
+    )
+    def test_clear_errors_for_malformed_configs(self, config, error, message):
+        for cls in (Experimental, tf_lso.LossScaleOptimizer):
+            with self.assertRaisesRegex(error, message):
+                cls.from_config(config)
+
+
+@keras.saving.register_keras_serializable(package="tf_lso_test")
+class _HalvingLossScale(LossScale):
+    """A custom loss scale (TF 2.3 config format)."""
+
+    def __call__(self):
+        return tf.constant(4.0)
+
+    def update(self, grads):
+        return None, True
+
+    def get_config(self):
+        return {}

@@ -6,6 +6,7 @@ was written against. `tests/compat_test.py` fails when a new release moves one
 of them.
 """
 
+import re
 import sys
 import threading
 
@@ -166,6 +167,20 @@ def tf_keras_check_variables_are_known(optimizer, var_list):
                 "`tf.keras.optimizers.legacy."
                 f"{type(optimizer).__name__}`."
             )
+
+
+def keras_is_auto_name(optimizer):
+    """Whether a Keras 3 optimizer's name has the form Keras generates.
+
+    Keras 3.0 to 3.15 name an unnamed optimizer
+    `keras.src.utils.naming.auto_name(class name)`: the class name in snake
+    case, then `_1`, `_2`, ... for later instances. A name of that form is not
+    configuration (two `SGD()`s are configured alike); any other name is.
+    """
+    snake = re.sub(r"\W+", "", type(optimizer).__name__)
+    snake = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", snake)
+    snake = re.sub("([a-z])([A-Z])", r"\1_\2", snake).lower()
+    return re.fullmatch(re.escape(snake) + r"(_\d+)?", optimizer.name) is not None
 
 
 _NO_ALL_REDUCE_LOCK = threading.Lock()

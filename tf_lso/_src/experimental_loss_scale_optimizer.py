@@ -117,22 +117,27 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
 
         Returns:
             A new optimizer.
+
+        Raises:
+            TypeError: If `config` is not a dict, has unknown keys, or has a
+                `dynamic` that is not a bool.
+            ValueError: For values the constructor rejects, a missing
+                optimizer, or a DynamicLossScale whose multiplier is not 2.
         """
-        config = dict(config)
-        if "loss_scale" in config:
+        config = optimizer_config.checked_config(config, cls.__name__)
+        if "optimizer" in config:  # TF 2.1-2.3's format.
             loss_scale = serialization.deserialize(
                 config["loss_scale"], custom_objects
             )
             optimizer_config.check_config_multiplier(loss_scale)
             inner_config = config["optimizer"]
         else:
-            if config.get("dynamic", True):
-                loss_scale = loss_scale_lib.DynamicLossScale(
-                    config.get("initial_scale") or 2.0**15,
-                    config.get("dynamic_growth_steps") or 2000,
-                )
-            else:
-                loss_scale = config.get("initial_scale")
+            # Validated exactly as the TF 2.4 constructor validates them.
+            loss_scale = optimizer_config.loss_scale_from_settings(
+                config.get("dynamic", True), config.get("initial_scale"),
+                config.get("dynamic_growth_steps"),
+            )
             inner_config = config["inner_optimizer"]
         optimizer = inner_lib.deserialize(inner_config, custom_objects)
-        return cls(optimizer, loss_scale)
+        # Keywords, so that subclasses forwarding **kwargs round-trip.
+        return cls(optimizer=optimizer, loss_scale=loss_scale)

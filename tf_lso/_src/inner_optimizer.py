@@ -35,7 +35,12 @@ class _KerasInner:
             compat.keras_apply_without_all_reduce(optimizer, grads_and_vars)
 
     def serialize(self, optimizer):
-        return keras.optimizers.serialize(optimizer)
+        config = keras.optimizers.serialize(optimizer)
+        if compat.keras_is_auto_name(optimizer):
+            # Not configuration: it depends on how many optimizers of the
+            # class were built before (TF 2.x names did not).
+            config["config"].pop("name", None)
+        return config
 
     def check_variables(self, optimizer, var_list):
         """Raises the inner optimizer's error for variables it cannot update."""

@@ -10,7 +10,6 @@ from tf_lso._src import inner_forwarding
 from tf_lso._src import inner_optimizer as inner_lib
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import optimizer_config
-from tf_lso._src import validation
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
@@ -73,40 +72,12 @@ class LossScaleOptimizer(
     ):
         adapter = inner_lib.adapter_for(inner_optimizer, "inner_optimizer")
         if not isinstance(dynamic, bool):
-            raise TypeError(
-                '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
-                f"bool, but got: {dynamic!r}. To pass a loss scale as the "
-                "second argument, use "
-                "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)."
-            )
+            # Before the strategy check, as in TF 2.4.
+            optimizer_config.loss_scale_from_settings(dynamic)
         distribute.check_strategy_supported()
-        if dynamic:
-            loss_scale = loss_scale_lib.DynamicLossScale(
-                validation.scale(
-                    2.0**15 if initial_scale is None else initial_scale,
-                    "initial_scale",
-                ),
-                validation.integer(
-                    2000 if dynamic_growth_steps is None
-                    else dynamic_growth_steps,
-                    "dynamic_growth_steps",
-                ),
-                multiplier=2.0,
-            )
-        else:
-            if initial_scale is None:
-                raise ValueError(
-                    '"initial_scale" must be specified if "dynamic" is False.'
-                )
-            if dynamic_growth_steps is not None:
-                raise ValueError(
-                    '"dynamic_growth_steps" must be None if "dynamic" is '
-                    f"False, but got: {dynamic_growth_steps!r}. Pass it only "
-                    "with dynamic=True."
-                )
-            loss_scale = loss_scale_lib.FixedLossScale._unchecked(
-                validation.scale(initial_scale, "initial_scale")
-            )
+        loss_scale = optimizer_config.loss_scale_from_settings(
+            dynamic, initial_scale, dynamic_growth_steps
+        )
         self._init_wrapper(inner_optimizer, adapter, loss_scale)
 
     def _init_wrapper(self, inner_optimizer, adapter, loss_scale):
@@ -455,9 +426,12 @@ class LossScaleOptimizer(
             ValueError: For a TF <= 2.3 config whose loss scale has no TF 2.4
                 equivalent.
         """
-        config = optimizer_config.upgrade_legacy_config(config)
-        config.pop("name", None)
+        config = optimizer_config.upgrade_legacy_config(
+            optimizer_config.checked_config(config, cls.__name__)
+        )
         inner_optimizer = inner_lib.deserialize(
             config.pop("inner_optimizer"), custom_objects
         )
-        return cls(inner_optimizer, **config)
+        # Keywords, so that a subclass whose __init__ takes **kwargs and
+        # forwards them (as Horovod-style wrappers do) round-trips.
+        return cls(inner_optimizer=inner_optimizer, **config)

@@ -2,6 +2,108 @@
 
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import serialization
+from tf_lso._src import validation
+
+DEFAULT_INITIAL_SCALE = 2.0**15
+DEFAULT_GROWTH_STEPS = 2000
+# The keys of TF 2.4's config, of TF <= 2.3's, and what Keras 3's
+# LossScaleOptimizer adds (its name, which is not tf_lso configuration).
+TF24_KEYS = ("inner_optimizer", "dynamic", "initial_scale",
+             "dynamic_growth_steps")
+TF23_KEYS = ("optimizer", "loss_scale")
+_IGNORED_KEYS = ("name",)
+
+
+def loss_scale_from_settings(dynamic=True, initial_scale=None,
+                             dynamic_growth_steps=None):
+    """The loss scale for TF 2.4's constructor arguments, validated.
+
+    Args:
+        dynamic: Whether the scale is dynamic; must be a bool.
+        initial_scale: The initial scale, or None for the default (dynamic
+            only).
+        dynamic_growth_steps: The growth period, or None for the default;
+            must be None when `dynamic` is False.
+
+    Returns:
+        A `DynamicLossScale` (multiplier 2) or a `FixedLossScale`.
+
+    Raises:
+        TypeError: If `dynamic` is not a bool or a value is not a number.
+        ValueError: For missing or out-of-range values.
+    """
+    if not isinstance(dynamic, bool):
+        raise TypeError(
+            '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
+            f"bool, but got: {dynamic!r}. To pass a loss scale as the "
+            "second argument, use "
+            "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)."
+        )
+    if dynamic:
+        return loss_scale_lib.DynamicLossScale(
+            validation.scale(
+                DEFAULT_INITIAL_SCALE if initial_scale is None
+                else initial_scale,
+                "initial_scale",
+            ),
+            validation.integer(
+                DEFAULT_GROWTH_STEPS if dynamic_growth_steps is None
+                else dynamic_growth_steps,
+                "dynamic_growth_steps",
+            ),
+            multiplier=2.0,
+        )
+    if initial_scale is None:
+        raise ValueError(
+            '"initial_scale" must be specified if "dynamic" is False.'
+        )
+    if dynamic_growth_steps is not None:
+        raise ValueError(
+            '"dynamic_growth_steps" must be None if "dynamic" is '
+            f"False, but got: {dynamic_growth_steps!r}. Pass it only "
+            "with dynamic=True."
+        )
+    return loss_scale_lib.FixedLossScale._unchecked(
+        validation.scale(initial_scale, "initial_scale")
+    )
+
+
+def checked_config(config, class_name):
+    """A copy of `config` without ignored keys, after checking its keys.
+
+    Args:
+        config: What `from_config` received.
+        class_name: The class being built, for messages.
+
+    Raises:
+        TypeError: If `config` is not a dict or has keys that are neither
+            TF 2.4's nor TF <= 2.3's.
+        ValueError: If the optimizer key is missing.
+    """
+    if not isinstance(config, dict):
+        raise TypeError(
+            f"{class_name}.from_config() needs a dict, as returned by "
+            f"get_config(). Received: config={config!r} of type "
+            f"{type(config).__name__}."
+        )
+    config = {k: v for k, v in config.items() if k not in _IGNORED_KEYS}
+    legacy = "loss_scale" in config or "optimizer" in config
+    keys = TF23_KEYS if legacy else TF24_KEYS
+    unknown = sorted(set(config) - set(keys), key=str)
+    if unknown:
+        raise TypeError(
+            f"{class_name}.from_config() got unknown keys {unknown}. Received "
+            f"keys: {sorted(config, key=str)}. A TF 2.4 config has the keys "
+            f"{list(TF24_KEYS)}, a TF 2.1-2.3 config {list(TF23_KEYS)}."
+        )
+    missing = [k for k in (keys if legacy else keys[:1]) if k not in config]
+    if missing:
+        raise ValueError(
+            f"{class_name}.from_config() needs the keys {missing}. Received "
+            f"keys: {sorted(config, key=str)}. Pass the dict that get_config() "
+            "returned."
+        )
+    return config
 
 
 def check_config_multiplier(loss_scale):
