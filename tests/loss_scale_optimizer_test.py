@@ -600,3 +600,79 @@ class InvalidApplyTest(tf.test.TestCase, parameterized.TestCase):
                  test_util.num(opt.skipped_steps)]
         self.assertEqual(after, before)
         self.assertAllEqual(var, [0.0, 1.0])
+
+
+class GradientAccumulationTest(tf.test.TestCase, parameterized.TestCase):
+    """Keras 3 `gradient_accumulation_steps` on the inner optimizer.
+
+    A non-finite gradient anywhere in a window skips the whole window: its
+    accumulated gradients are dropped, no variable or slot changes, and the
+    loss scale backs off once.
+    """
+
+    WINDOWS = [[1.0, 2.0], [NAN, 0.5], [0.25, -1.0], [3.0, float("inf")],
+               [NAN, NAN], [-2.0, 1.5]]
+
+    def _inner(self):
+        return keras.optimizers.SGD(0.5, momentum=0.9,
+                                    gradient_accumulation_steps=2)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_matches_bare_optimizer_without_the_bad_windows(
+        self, use_tf_function
+    ):
+        var = tf.Variable([1.0, -1.0])
+        opt = tf_lso.LossScaleOptimizer(self._inner(), initial_scale=8,
+                                        dynamic_growth_steps=1)
+        step = test_util.maybe_function(
+            lambda g: opt.apply_gradients([(g, var)]), use_tf_function
+        )
+        scales = []
+        for window in self.WINDOWS:
+            for g in window:
+                step(tf.constant([g, g / 2]))
+            scales.append(float(opt.loss_scale))
+        # Reference: the bare optimizer fed only the finite windows.
+        ref_var = tf.Variable([1.0, -1.0])
+        ref = self._inner()
+        for window in self.WINDOWS:
+            if all(np.isfinite(window)):
+                for g in window:
+                    ref.apply_gradients([(tf.constant([g, g / 2]), ref_var)])
+        self.assertAllEqual(var, ref_var)
+        for mine, theirs in zip(opt.inner_optimizer.variables, ref.variables):
+            if "iteration" not in mine.name:
+                self.assertAllEqual(mine, theirs, msg=mine.name)
+        # One back-off per bad window, two NaNs in one window included.
+        self.assertEqual(scales, [16.0, 8.0, 16.0, 8.0, 4.0, 8.0])
+        self.assertEqual(test_util.num(opt.skipped_steps), 3)
+        self.assertEqual(test_util.num(opt.iterations), 6)  # windows
+        self.assertEqual(test_util.num(opt.dynamic_counter), 0)
+
+    def test_fit_skips_the_window_with_an_overflowing_batch(self):
+        rng = np.random.default_rng(3)
+        x = rng.normal(size=(64, 4)).astype("float32")
+        y = rng.normal(size=(64, 1)).astype("float32")
+        y_bad = y.copy()
+        y_bad[40] = 3e38  # Batch 2 (rows 32-47) ends window 1 (batches 2-3).
+
+        def fit(optimizer, x, y):
+            keras.utils.set_random_seed(1)
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
+                                      keras.layers.Dense(1)])
+            model.compile(optimizer, "mse")
+            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+            return model.get_weights()
+
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(0.05, gradient_accumulation_steps=2),
+            initial_scale=1024)
+        actual = fit(opt, x, y_bad)
+        keep = np.r_[0:32]
+        expected = fit(
+            keras.optimizers.SGD(0.05, gradient_accumulation_steps=2),
+            x[keep], y[keep])
+        for a, e in zip(actual, expected):
+            np.testing.assert_allclose(a, e, rtol=1e-6)
+        self.assertEqual(float(opt.loss_scale), 512.0)
+        self.assertEqual(test_util.num(opt.skipped_steps), 1)

@@ -183,6 +183,28 @@ def keras_is_auto_name(optimizer):
     return re.fullmatch(re.escape(snake) + r"(_\d+)?", optimizer.name) is not None
 
 
+def keras_step_counter(optimizer):
+    """The variable counting a Keras 3 optimizer's `apply` calls.
+
+    Private: `BaseOptimizer._iterations` (Keras 3.0 to 3.15). With
+    `gradient_accumulation_steps` the public `iterations` is a tensor
+    (`_iterations // steps`) that cannot be assigned.
+    """
+    return optimizer._iterations
+
+
+def keras_gradient_accumulators(optimizer, var_list):
+    """The gradient accumulators of `var_list` in a built Keras 3 optimizer.
+
+    Private: `BaseOptimizer._accumulated_gradients` and
+    `_get_variable_index` (Keras 3.5 to 3.15), as `apply` itself reads them.
+    """
+    return [
+        optimizer._accumulated_gradients[optimizer._get_variable_index(v)]
+        for v in var_list
+    ]
+
+
 _NO_ALL_REDUCE_LOCK = threading.Lock()
 
 

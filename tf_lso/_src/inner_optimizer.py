@@ -10,6 +10,7 @@ for it.
 import importlib
 
 import keras
+import tensorflow as tf
 
 from tf_lso._src import compat
 
@@ -52,8 +53,34 @@ class _KerasInner:
     def set_iterations(self, optimizer, value):
         optimizer.iterations.assign(value)
 
-    def increment_iterations(self, optimizer):
-        optimizer.iterations.assign_add(1)
+    def skip_step(self, optimizer):
+        """What a skipped step does instead of `apply`: counts the call.
+
+        With gradient accumulation it also empties the accumulators: the
+        window that the non-finite gradient reached is dropped as a whole.
+        """
+        compat.keras_step_counter(optimizer).assign_add(1)
+        if getattr(optimizer, "gradient_accumulation_steps", None):
+            for accumulator in compat.keras_gradient_accumulators(
+                optimizer, compat.keras_trainable_variables(optimizer)
+            ):
+                accumulator.assign(tf.zeros_like(accumulator))
+
+    def accumulation_window(self, optimizer, var_list):
+        """`(is_window_end, accumulators)` with gradient accumulation, else None.
+
+        `is_window_end` is a bool tensor: True when this `apply` call ends a
+        window and updates the variables; `accumulators` holds the gradient
+        sums of the window so far for `var_list`.
+        """
+        steps = getattr(optimizer, "gradient_accumulation_steps", None)
+        if not steps:
+            return None
+        counter = compat.keras_step_counter(optimizer)
+        is_window_end = tf.equal((counter + 1) % steps, 0)
+        return is_window_end, compat.keras_gradient_accumulators(
+            optimizer, var_list
+        )
 
 
 class _TfKerasInner(_KerasInner):
@@ -74,6 +101,14 @@ class _TfKerasInner(_KerasInner):
 
     def check_variables(self, optimizer, var_list):
         compat.tf_keras_check_variables_are_known(optimizer, var_list)
+
+
+    def skip_step(self, optimizer):
+        optimizer.iterations.assign_add(1)
+
+    def accumulation_window(self, optimizer, var_list):
+        del optimizer, var_list  # tf_keras optimizers do not accumulate.
+        return None
 
 
 class _TfKerasLegacyInner(_TfKerasInner):

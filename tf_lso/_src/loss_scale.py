@@ -63,13 +63,26 @@ class LossScale(tf.Module, metaclass=abc.ABCMeta):
     def get_config(self):
         """Returns the constructor arguments of this loss scale as a dict."""
 
-    def _update_packed(self, packed):
+    def _update_packed(self, packed, window_end=None):
         """`update` for gradients the optimizer packed (`gradients.Packed`).
 
         A user's subclass sees the gradients as they are; tf_lso's own loss
         scales only ask whether they are finite, which the packed values
         answer with fewer ops.
+
+        Args:
+            packed: The gradients.
+            window_end: With gradient accumulation, a bool tensor: the state
+                changes only where it is True (the gradients are then the
+                window's sums). None otherwise.
         """
+        if window_end is not None:
+            raise NotImplementedError(
+                "Gradient accumulation (`gradient_accumulation_steps` on the "
+                "inner optimizer) needs a FixedLossScale or DynamicLossScale. "
+                f"Received: loss_scale={self!r}. Accumulate gradients "
+                "yourself, or use one of those two classes."
+            )
         return self.update(packed.unpack())
 
     @classmethod
@@ -205,7 +218,7 @@ class FixedLossScale(LossScale):
         del grads
         return tf.no_op() if not tf.executing_eagerly() else None, True
 
-    def _update_packed(self, packed):
+    def _update_packed(self, packed, window_end=None):
         return self.update(packed.values)
 
     def get_config(self):
@@ -311,11 +324,18 @@ class DynamicLossScale(LossScale):
         """
         return self._update_state(gradients_lib.all_finite(grads))
 
-    def _update_packed(self, packed):
-        return self.update(packed.values)
+    def _update_packed(self, packed, window_end=None):
+        return self._update_state(
+            gradients_lib.all_finite(packed.values), window_end
+        )
 
-    def _update_state(self, is_finite):
+    def _update_state(self, is_finite, active=None):
         """Assigns the next scale and counter; branch-free, so XLA-friendly.
+
+        Args:
+            is_finite: A bool scalar tensor: this step's verdict.
+            active: None, or a bool scalar tensor: where False, nothing
+                changes (gradient accumulation, between window ends).
 
         Returns:
             `(update_op, is_finite)`, as `update` does.
@@ -327,6 +347,8 @@ class DynamicLossScale(LossScale):
         # and forever. Only looked at on non-finite steps, before any state
         # changes.
         scale_ok = tf.logical_or(is_finite, tf.math.is_finite(scale))
+        if active is not None:
+            scale_ok = tf.logical_or(scale_ok, tf.logical_not(active))
         if tf.executing_eagerly():
             if not bool(scale_ok):
                 raise ValueError(_corrupt_scale_message(float(scale)))
@@ -345,6 +367,9 @@ class DynamicLossScale(LossScale):
             is_finite, finite_scale, self._update_if_not_finite(scale)
         )
         new_count = tf.where(is_finite, finite_count, tf.zeros_like(count))
+        if active is not None:  # Only at the end of an accumulation window.
+            new_scale = tf.where(active, new_scale, scale)
+            new_count = tf.where(active, new_count, count)
         ops = [
             self.current_loss_scale.assign(new_scale, read_value=False),
             self.good_steps.assign(new_count, read_value=False),

@@ -308,7 +308,7 @@ class LossScaleOptimizer(
             # did; the inner optimizer then applies without summing again.
             packed = packed.all_reduced()
             aggregate = False
-        _, should_apply = self._loss_scale._update_packed(packed)
+        should_apply = self._update_loss_scale(packed, var_list)
 
         def apply_fn(values, aux, var_list):
             # Every gradient must come from the branch's graph: a mix of
@@ -319,13 +319,37 @@ class LossScaleOptimizer(
             )
 
         def skip_fn():
-            self._inner.increment_iterations(self._optimizer)
+            self._inner.skip_step(self._optimizer)
             self._skipped_steps.assign_add(1)
 
         distribute.cond_on_all_replicas(
             should_apply, apply_fn, skip_fn,
             args=(packed.values, packed.aux, var_list),
         )
+
+    def _update_loss_scale(self, packed, var_list):
+        """Updates the loss scale; returns whether to call the inner apply.
+
+        With gradient accumulation on the inner optimizer, the loss scale
+        sees one step per window: at the window's last `apply` it checks the
+        window's summed gradients, so a non-finite gradient anywhere in the
+        window skips the whole window's update with a single back-off.
+        Earlier calls accumulate without a check.
+        """
+        window = self._inner.accumulation_window(self._optimizer, var_list)
+        if window is None:
+            return self._loss_scale._update_packed(packed)[1]
+        is_window_end, accumulators = window
+        sums = gradients_lib.pack([
+            None if g is None else tf.convert_to_tensor(g) + acc
+            for g, acc in zip(packed.unpack(), accumulators)
+        ])
+        _, is_finite = self._loss_scale._update_packed(
+            sums, window_end=is_window_end
+        )
+        if isinstance(is_finite, bool):
+            return is_finite
+        return tf.logical_or(is_finite, tf.logical_not(is_window_end))
 
     def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
         """Scales the loss, differentiates, unscales and applies.
