@@ -149,3 +149,28 @@ def test_check_variables_are_known_hooks():
     compat.tf_keras_check_variables_are_known(optimizer, [known])
     with pytest.raises(KeyError, match="cannot recognize variable"):
         compat.tf_keras_check_variables_are_known(optimizer, [unknown])
+
+
+def test_keras_learning_rate_schedule_hook():
+    import keras
+
+    schedule = keras.optimizers.schedules.ExponentialDecay(1.0, 1, 0.5)
+    assert compat.keras_learning_rate_schedule(
+        keras.optimizers.SGD(schedule)) is schedule
+    assert compat.keras_learning_rate_schedule(keras.optimizers.SGD(0.1)) is None
+
+
+def test_keras_accumulation_hooks():
+    import keras
+
+    var, other = tf.Variable([1.0, 2.0]), tf.Variable(3.0)
+    optimizer = keras.optimizers.SGD(1.0, gradient_accumulation_steps=2)
+    optimizer.build([other, var])
+    counter = compat.keras_step_counter(optimizer)
+    assert isinstance(counter, keras.Variable)
+    optimizer.apply_gradients([(tf.constant([1.0, 1.0]), var),
+                               (tf.constant(1.0), other)])
+    assert int(counter.numpy()) == 1
+    assert int(optimizer.iterations) == 0  # Windows, not calls.
+    accumulators = compat.keras_gradient_accumulators(optimizer, [var])
+    assert [a.numpy().tolist() for a in accumulators] == [[1.0, 1.0]]

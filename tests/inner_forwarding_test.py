@@ -87,3 +87,52 @@ class InnerForwardingTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class LearningRateScheduleTest(tf.test.TestCase):
+    """`opt.learning_rate` with a schedule: TF 2.x's callable, Keras 3's value."""
+
+    def _optimizer(self):
+        schedule = keras.optimizers.schedules.ExponentialDecay(
+            1.0, decay_steps=1, decay_rate=0.5)
+        return schedule, tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(schedule), initial_scale=4)
+
+    def test_called_with_a_step_as_tf2_code_does(self):
+        schedule, opt = self._optimizer()
+        var = tf.Variable(1.0)
+        # EfficientDet's pattern, eagerly and in a traced train step.
+        self.assertEqual(float(opt.learning_rate(opt.iterations)), 1.0)
+        opt.apply_gradients([(tf.constant(1.0), var)])
+        self.assertEqual(float(opt.learning_rate(opt.iterations)), 0.5)
+        self.assertEqual(float(opt.lr(3)), 0.125)
+
+        @tf.function
+        def train_step():
+            opt.apply_gradients([(tf.constant(1.0), var)])
+            return opt.learning_rate(opt.iterations)
+
+        self.assertEqual(float(train_step()), 0.25)
+        self.assertEqual(float(var), 1.0 - 1.0 - 0.5)
+        self.assertIs(opt.learning_rate.schedule, schedule)
+        self.assertEqual(opt.learning_rate.get_config(), schedule.get_config())
+        self.assertEqual(opt.learning_rate.initial_learning_rate, 1.0)
+
+    def test_used_as_the_current_value_as_keras3_code_does(self):
+        _, opt = self._optimizer()
+        opt.apply_gradients([(tf.constant(1.0), tf.Variable(1.0))])
+        lr = opt.learning_rate
+        self.assertEqual(float(lr), 0.5)
+        self.assertEqual(lr.numpy(), np.float32(0.5))
+        self.assertEqual(float(np.asarray(lr)), 0.5)
+        self.assertEqual(float(tf.convert_to_tensor(lr)), 0.5)
+        self.assertEqual(float(lr * 2), 1.0)
+        self.assertEqual(f"{lr:.2f}", "0.50")
+        self.assertEqual(float(keras.ops.convert_to_numpy(lr)), 0.5)
+        self.assertEqual(
+            float(tf.function(lambda: opt.learning_rate * 1.0)()), 0.5)
+
+    def test_without_a_schedule_it_stays_the_variable(self):
+        inner = keras.optimizers.SGD(0.1)
+        opt = tf_lso.LossScaleOptimizer(inner)
+        self.assertIs(opt.learning_rate, inner.learning_rate)

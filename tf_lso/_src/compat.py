@@ -205,6 +205,22 @@ def keras_gradient_accumulators(optimizer, var_list):
     ]
 
 
+def keras_learning_rate_schedule(optimizer):
+    """A Keras 3 optimizer's learning rate schedule, or None.
+
+    Private: `BaseOptimizer._learning_rate` (Keras 3.0 to 3.15) holds the
+    schedule (or callable); the public `learning_rate` is its current value.
+    """
+    import keras
+
+    learning_rate = optimizer._learning_rate
+    if isinstance(learning_rate, keras.Variable) or not callable(
+        learning_rate
+    ):
+        return None
+    return learning_rate
+
+
 _NO_ALL_REDUCE_LOCK = threading.Lock()
 
 

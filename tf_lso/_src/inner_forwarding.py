@@ -43,7 +43,21 @@ class InnerOptimizerForwarding:
         """The optimizer that this LossScaleOptimizer wraps."""
         return self._optimizer
 
-    learning_rate = _forwarded("learning_rate")
+    @property
+    def learning_rate(self):
+        """The inner optimizer's learning rate.
+
+        With a learning rate schedule on a Keras 3 inner optimizer this is a
+        `ScheduledLearningRate`: TF 2.x code calls it with a step
+        (`opt.learning_rate(opt.iterations)`), Keras 3 code uses it as the
+        current value.
+        """
+        return self._inner.learning_rate(self._optimizer)
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        if self.__dict__.get("_wrapper_ready"):
+            self._optimizer.learning_rate = value
     clipnorm = _forwarded("clipnorm")
     clipvalue = _forwarded("clipvalue")
     global_clipnorm = _forwarded("global_clipnorm")

@@ -13,6 +13,7 @@ import keras
 import tensorflow as tf
 
 from tf_lso._src import compat
+from tf_lso._src import tensor_like
 
 
 class _KerasInner:
@@ -52,6 +53,15 @@ class _KerasInner:
 
     def set_iterations(self, optimizer, value):
         optimizer.iterations.assign(value)
+
+    def learning_rate(self, optimizer):
+        """The learning rate, callable with a step if it follows a schedule."""
+        schedule = compat.keras_learning_rate_schedule(optimizer)
+        if schedule is None:
+            return optimizer.learning_rate
+        return tensor_like.ScheduledLearningRate(
+            schedule, lambda: optimizer.learning_rate
+        )
 
     def skip_step(self, optimizer):
         """What a skipped step does instead of `apply`: counts the call.
@@ -102,6 +112,9 @@ class _TfKerasInner(_KerasInner):
     def check_variables(self, optimizer, var_list):
         compat.tf_keras_check_variables_are_known(optimizer, var_list)
 
+
+    def learning_rate(self, optimizer):
+        return optimizer.learning_rate
 
     def skip_step(self, optimizer):
         optimizer.iterations.assign_add(1)

@@ -7,18 +7,15 @@ to know which one it holds.
 """
 
 import abc
-import operator
 
-import numpy as np
 import tensorflow as tf
 
 from tf_lso._src import gradients as gradients_lib
+from tf_lso._src import tensor_like
 from tf_lso._src import validation
 
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
-
-class LossScale(tf.Module, metaclass=abc.ABCMeta):
+class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
     """Base class for loss scales.
 
     A loss scale holds the factor that the loss is multiplied by before
@@ -36,9 +33,6 @@ class LossScale(tf.Module, metaclass=abc.ABCMeta):
     >>> float(loss_scale / 2)
     64.0
     """
-
-    dtype = tf.float32
-    shape = tf.TensorShape([])
 
     @abc.abstractmethod
     def __call__(self):
@@ -106,57 +100,8 @@ class LossScale(tf.Module, metaclass=abc.ABCMeta):
         """
         return None
 
-    def numpy(self):
-        """Returns the current loss scale as a NumPy float32 scalar."""
-        return self().numpy()
-
-    def __float__(self):
-        return float(self())
-
-    def __array__(self, dtype=None, copy=None):
-        return np.asarray(self().numpy(), dtype=dtype)
-
-    def __format__(self, format_spec):
-        if not format_spec:
-            return str(self)
-        return format(float(self), format_spec)
-
-    def __neg__(self):
-        return -self()
-
-    def __abs__(self):
-        return abs(self())
-
-
-def _tensor_method(op, reflected=False):
-    def method(self, other):
-        if reflected:
-            return op(other, self())
-        return op(self(), other)
-
-    return method
-
-
-for _name, _op in [
-    ("add", operator.add),
-    ("sub", operator.sub),
-    ("mul", operator.mul),
-    ("truediv", operator.truediv),
-    ("floordiv", operator.floordiv),
-    ("pow", operator.pow),
-]:
-    setattr(LossScale, f"__{_name}__", _tensor_method(_op))
-    setattr(LossScale, f"__r{_name}__", _tensor_method(_op, reflected=True))
-for _name in ("lt", "le", "gt", "ge"):
-    setattr(LossScale, f"__{_name}__", _tensor_method(getattr(operator, _name)))
-
-
-def _convert_loss_scale(value, dtype=None, name=None, as_ref=False):
-    del as_ref  # A loss scale converts to a read of its value.
-    return tf.convert_to_tensor(value(), dtype=dtype, name=name)
-
-
-tf.register_tensor_conversion_function(LossScale, _convert_loss_scale)
+    def _value(self):
+        return self()
 
 
 class FixedLossScale(LossScale):

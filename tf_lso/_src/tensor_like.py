@@ -1,0 +1,122 @@
+"""Objects that stand where TF 2.x code used a scalar tensor.
+
+`LossScale` objects (TF 2.1-2.3 code calls them, TF 2.4 code uses the
+optimizer's `loss_scale` as a tensor) and the learning rate of an optimizer
+with a schedule (TF 2.x code calls it with a step, Keras 3 code uses it as a
+value) are both: callable, and readable as their current value.
+"""
+
+import operator
+
+import numpy as np
+import tensorflow as tf
+
+
+class TensorLike:
+    """Mixin: reads as the float32 scalar tensor that `_value()` returns.
+
+    `tf.convert_to_tensor`, `float`, `.numpy()`, `np.asarray`, arithmetic,
+    comparisons, `tf.summary.scalar` and string formatting all read the
+    current value.
+    """
+
+    dtype = tf.float32
+    shape = tf.TensorShape([])
+
+    def _value(self):
+        raise NotImplementedError
+
+    def numpy(self):
+        """Returns the current value as a NumPy float32 scalar."""
+        return self._value().numpy()
+
+    def __float__(self):
+        return float(self._value())
+
+    def __array__(self, dtype=None, copy=None):
+        del copy  # Always a new array: the value is read each time.
+        return np.asarray(self._value().numpy(), dtype=dtype)
+
+    def __format__(self, format_spec):
+        if not format_spec:
+            return str(self)
+        return format(float(self), format_spec)
+
+    def __neg__(self):
+        return -self._value()
+
+    def __abs__(self):
+        return abs(self._value())
+
+
+def _tensor_method(op, reflected=False):
+    def method(self, other):
+        if reflected:
+            return op(other, self._value())
+        return op(self._value(), other)
+
+    return method
+
+
+for _name, _op in [
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("pow", operator.pow),
+]:
+    setattr(TensorLike, f"__{_name}__", _tensor_method(_op))
+    setattr(TensorLike, f"__r{_name}__", _tensor_method(_op, reflected=True))
+for _name in ("lt", "le", "gt", "ge"):
+    setattr(
+        TensorLike, f"__{_name}__", _tensor_method(getattr(operator, _name))
+    )
+
+
+def _convert(value, dtype=None, name=None, as_ref=False):
+    del as_ref  # Converts to a read of the current value.
+    return tf.convert_to_tensor(value._value(), dtype=dtype, name=name)
+
+
+tf.register_tensor_conversion_function(TensorLike, _convert)
+
+
+class ScheduledLearningRate(TensorLike):
+    """The learning rate of an optimizer that follows a schedule.
+
+    TF 2.x's `opt.learning_rate` was the schedule itself, so TF 2.x code
+    calls it: `opt.learning_rate(opt.iterations)`. Keras 3's is the current
+    value. This object is both: called with a step it returns the schedule's
+    value at that step; used as a tensor it is the current learning rate.
+    Other attributes (`get_config`, `initial_learning_rate`, ...) are the
+    schedule's.
+
+    Args:
+        schedule: The `LearningRateSchedule` (or callable) of the optimizer.
+        current: A zero-argument callable returning the current value.
+    """
+
+    def __init__(self, schedule, current):
+        self._schedule = schedule
+        self._current = current
+
+    @property
+    def schedule(self):
+        """The learning rate schedule."""
+        return self._schedule
+
+    def __call__(self, step):
+        """The schedule's learning rate at `step`, as TF 2.x's schedule."""
+        return self._schedule(step)
+
+    def _value(self):
+        return tf.convert_to_tensor(self._current(), tf.float32)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._schedule, name)
+
+    def __repr__(self):
+        return f"<ScheduledLearningRate of {self._schedule!r}>"
