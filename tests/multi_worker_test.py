@@ -142,6 +142,13 @@ def test_overflow_on_one_worker_skips_on_both(bad_worker, tmp_path):
     assert after["counter"] == 1
 
 
+def test_clipping_sees_the_sum_over_workers(tmp_path):
+    # TF 2.4 (and tf_keras) clip the aggregated gradient: 5 - clip(4) = 3.
+    worker0, worker1 = run_workers("clipped_sum", tmp_path)
+    assert worker0 == worker1 == _reference("clipped_sum", tmp_path)
+    assert worker0["var"] == 3.0
+
+
 def test_checkpoint_from_chief_restores_on_both(tmp_path):
     worker0, worker1 = run_workers("checkpoint", tmp_path)
     assert worker0 == worker1

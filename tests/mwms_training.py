@@ -128,7 +128,25 @@ def checkpoint(strategy, workdir):
     }
 
 
+def clipped_sum(strategy, workdir):
+    """Each worker's gradient is 2.0; clipnorm=2.0 clips their sum, 4.0."""
+    del workdir
+    with strategy.scope():
+        var = tf.Variable(5.0)
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0, clipnorm=2.0), initial_scale=4
+        )
+
+    @tf.function
+    def step():
+        strategy.run(lambda: opt.apply_gradients([(tf.constant(2.0), var)]))
+
+    step()
+    return {"var": _local(strategy, var)}
+
+
 SCENARIOS = {
+    "clipped_sum": clipped_sum,
     "overflow_on_worker_1": overflow_on_worker_1,
     "overflow_on_worker_0": overflow_on_worker_0,
     "checkpoint": checkpoint,
