@@ -676,3 +676,56 @@ class GradientAccumulationTest(tf.test.TestCase, parameterized.TestCase):
             np.testing.assert_allclose(a, e, rtol=1e-6)
         self.assertEqual(float(opt.loss_scale), 512.0)
         self.assertEqual(test_util.num(opt.skipped_steps), 1)
+
+
+class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
+    """Random runs against a NumPy model of TF 2.4's LossScaleOptimizer.
+
+    Seeded, so every run checks the same cases. Scales start anywhere from
+    1 to the float32 maximum; gradients overflow now and then.
+    """
+
+    @parameterized.product(seed=[0, 1, 2, 3], use_tf_function=[False, True])
+    def test_matches_reference(self, seed, use_tf_function):
+        rng = np.random.default_rng(seed)
+        exponent = rng.uniform(0, 30) if seed % 2 else rng.uniform(120, 128)
+        initial = float(np.float32(2.0 ** exponent))
+        growth = int(rng.integers(1, 4))
+        var = tf.Variable(rng.normal(size=(3,)).astype(np.float32))
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                        initial_scale=initial,
+                                        dynamic_growth_steps=growth)
+
+        def step(scaled_grad):
+            grads = opt.get_unscaled_gradients([scaled_grad])
+            opt.apply_gradients(zip(grads, [var]))
+
+        step = test_util.maybe_function(step, use_tf_function)
+        ref_var = var.numpy().copy()
+        scale, count = np.float32(initial), 0
+        for _ in range(12):
+            unscaled = rng.normal(size=(3,)).astype(np.float32)
+            if rng.random() < 0.2:
+                unscaled[rng.integers(3)] = rng.choice([np.inf, np.nan])
+            with np.errstate(over="ignore", invalid="ignore"):
+                scaled = (unscaled.astype(np.float64) * scale).astype(
+                    np.float32)
+                if scale <= 2.0**126:
+                    expected = scaled * (np.float32(1) / scale)
+                else:
+                    expected = (scaled.astype(np.float64) / scale).astype(
+                        np.float32)
+            step(tf.constant(scaled))
+            if np.all(np.isfinite(expected)):
+                ref_var = ref_var - expected
+                count += 1
+                if count >= growth:
+                    count = 0
+                    with np.errstate(over="ignore"):
+                        grown = scale * np.float32(2)
+                    scale = grown if np.isfinite(grown) else scale
+            else:
+                scale, count = max(scale / np.float32(2), np.float32(1)), 0
+            self.assertAllEqual(var, ref_var)
+            self.assertEqual(float(opt.loss_scale), float(scale))
+            self.assertEqual(test_util.num(opt.dynamic_counter), count)
