@@ -17,6 +17,16 @@ NAN = float("nan")
 Experimental = tf_lso.experimental.LossScaleOptimizer
 
 
+# The three equivalences of the TF 2.4 docs: experimental arguments, and the
+# TF 2.4 constructor's arguments that give an equal get_config().
+TF24_EQUIVALENCES = parameterized.named_parameters(
+    ("dynamic", ("dynamic",), {}),
+    ("fixed", (123,), {"dynamic": False, "initial_scale": 123}),
+    ("dynamic_object", (DynamicLossScale(2048, 500),),
+     {"initial_scale": 2048, "dynamic_growth_steps": 500}),
+)
+
+
 def _sgd():
     return keras.optimizers.SGD(2.0, momentum=0.5, name="sgd")
 
@@ -69,23 +79,13 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(float(opt.loss_scale()), initial)
         self.assertEqual(float(opt.loss_scale), initial)
 
-    @parameterized.named_parameters(
-        ("dynamic", ("dynamic",), {}),
-        ("fixed", (123,), {"dynamic": False, "initial_scale": 123}),
-        ("dynamic_object", (DynamicLossScale(2048, 500),),
-         {"initial_scale": 2048, "dynamic_growth_steps": 500}),
-    )
+    @TF24_EQUIVALENCES
     def test_config_equals_tf24_equivalent(self, args, kwargs):
         experimental = Experimental(_sgd(), *args)
         plain = tf_lso.LossScaleOptimizer(_sgd(), **kwargs)
         self.assertEqual(experimental.get_config(), plain.get_config())
 
-    @parameterized.named_parameters(
-        ("dynamic", ("dynamic",), {}),
-        ("fixed", (123,), {"dynamic": False, "initial_scale": 123}),
-        ("dynamic_object", (DynamicLossScale(2048, 500),),
-         {"initial_scale": 2048, "dynamic_growth_steps": 500}),
-    )
+    @TF24_EQUIVALENCES
     def test_tf24_doc_examples_hold_verbatim(self, args, kwargs):
         # As the TF 2.4 docs wrote them: two separately built SGDs, whose
         # auto-generated Keras 3 names differ ("sgd", "sgd_1").
