@@ -186,9 +186,10 @@ def keras_is_auto_name(optimizer):
 def keras_step_counter(optimizer):
     """The variable counting a Keras 3 optimizer's `apply` calls.
 
-    Private: `BaseOptimizer._iterations` (Keras 3.0 to 3.15). With
-    `gradient_accumulation_steps` the public `iterations` is a tensor
-    (`_iterations // steps`) that cannot be assigned.
+    Private: `BaseOptimizer._iterations` (Keras 3.4 to 3.15, which have
+    `gradient_accumulation_steps`). With accumulation the public `iterations`
+    is a tensor (`_iterations // steps`) that cannot be assigned; only then
+    does tf_lso need this.
     """
     return optimizer._iterations
 

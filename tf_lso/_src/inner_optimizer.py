@@ -69,12 +69,14 @@ class _KerasInner:
         With gradient accumulation it also empties the accumulators: the
         window that the non-finite gradient reached is dropped as a whole.
         """
+        if not getattr(optimizer, "gradient_accumulation_steps", None):
+            optimizer.iterations.assign_add(1)
+            return
         compat.keras_step_counter(optimizer).assign_add(1)
-        if getattr(optimizer, "gradient_accumulation_steps", None):
-            for accumulator in compat.keras_gradient_accumulators(
-                optimizer, compat.keras_trainable_variables(optimizer)
-            ):
-                accumulator.assign(tf.zeros_like(accumulator))
+        for accumulator in compat.keras_gradient_accumulators(
+            optimizer, compat.keras_trainable_variables(optimizer)
+        ):
+            accumulator.assign(tf.zeros_like(accumulator))
 
     def accumulation_window(self, optimizer, var_list):
         """`(is_window_end, accumulators)` with gradient accumulation, else None.
