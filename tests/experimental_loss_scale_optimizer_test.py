@@ -88,11 +88,9 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
     @TF24_EQUIVALENCES
     def test_tf24_doc_examples_hold_verbatim(self, args, kwargs):
         # As the TF 2.4 docs wrote them: two separately built SGDs, whose
-        # auto-generated Keras 3 names differ ("sgd", "sgd_1").
+        # auto-generated names differ from Keras 3.4 on ("sgd", "sgd_1").
         experimental = Experimental(keras.optimizers.SGD(), *args)
         plain = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), **kwargs)
-        self.assertNotEqual(experimental.inner_optimizer.name,
-                            plain.inner_optimizer.name)
         self.assertEqual(experimental.get_config(), plain.get_config())
         self.assertNotIn("name", plain.get_config()["inner_optimizer"]["config"])
         restored = tf_lso.LossScaleOptimizer.from_config(plain.get_config())
@@ -213,7 +211,7 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
         cls = Experimental if target == "v1" else tf_lso.LossScaleOptimizer
         opt = cls.from_config(config)
         self.assertIs(type(opt), cls)
-        self.assertEqual(float(opt.learning_rate), 2.0)
+        self.assertEqual(test_util.num(opt.learning_rate), 2.0)
         self.assertEqual(opt.momentum, 0.5)
         self.assertEqual(float(opt.loss_scale), 2.0)
         self.assertEqual(opt.initial_scale, 2.0)

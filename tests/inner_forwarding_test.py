@@ -6,6 +6,8 @@ import tensorflow as tf
 
 import tf_lso
 
+import test_util
+
 
 class InnerForwardingTest(tf.test.TestCase):
     def test_learning_rate_and_lr(self):
@@ -14,11 +16,11 @@ class InnerForwardingTest(tf.test.TestCase):
         self.assertIs(opt.learning_rate, inner.learning_rate)
         self.assertIs(opt.lr, inner.learning_rate)
         opt.lr = 2.0
-        self.assertEqual(float(inner.learning_rate), 2.0)
+        self.assertEqual(test_util.num(inner.learning_rate), 2.0)
         opt.learning_rate = 3.0
-        self.assertEqual(float(opt.lr), 3.0)
+        self.assertEqual(test_util.num(opt.lr), 3.0)
         inner.learning_rate = 4.0
-        self.assertEqual(float(opt.learning_rate), 4.0)
+        self.assertEqual(test_util.num(opt.learning_rate), 4.0)
 
     def test_public_inner_attributes_read_and_write_through(self):
         inner = keras.optimizers.Adam(1.0, weight_decay=0.1)
@@ -51,7 +53,7 @@ class InnerForwardingTest(tf.test.TestCase):
         opt = tf_lso.LossScaleOptimizer(inner)
         self.assertIs(opt.iterations, inner.iterations)
         opt.iterations = 7
-        self.assertEqual(int(inner.iterations), 7)
+        self.assertEqual(test_util.num(inner.iterations), 7)
 
     def test_variables_weights_and_set_weights(self):
         inner = keras.optimizers.SGD(1.0, momentum=0.5)
@@ -65,7 +67,7 @@ class InnerForwardingTest(tf.test.TestCase):
         self.assertEqual(int(weights[0]), 1)
         weights[0] = np.array(5, dtype=np.int64)
         opt.set_weights(weights)
-        self.assertEqual(int(inner.iterations), 5)
+        self.assertEqual(test_util.num(inner.iterations), 5)
         # The loss scale state is not among the inner optimizer's variables.
         self.assertLen(opt.variables, len(inner.variables))
 

@@ -613,6 +613,11 @@ class GradientAccumulationTest(tf.test.TestCase, parameterized.TestCase):
     WINDOWS = [[1.0, 2.0], [NAN, 0.5], [0.25, -1.0], [3.0, float("inf")],
                [NAN, NAN], [-2.0, 1.5]]
 
+    def setUp(self):
+        super().setUp()
+        if not test_util.keras_has_gradient_accumulation():
+            self.skipTest("This Keras has no gradient_accumulation_steps.")
+
     def _inner(self):
         return keras.optimizers.SGD(0.5, momentum=0.9,
                                     gradient_accumulation_steps=2)
@@ -646,7 +651,10 @@ class GradientAccumulationTest(tf.test.TestCase, parameterized.TestCase):
         # One back-off per bad window, two NaNs in one window included.
         self.assertEqual(scales, [16.0, 8.0, 16.0, 8.0, 4.0, 8.0])
         self.assertEqual(test_util.num(opt.skipped_steps), 3)
-        self.assertEqual(test_util.num(opt.iterations), 6)  # windows
+        # Every window counts, skipped or not: twice the reference's three
+        # (Keras 3.4+ counts windows, Keras 3.3 calls).
+        self.assertEqual(test_util.num(opt.iterations),
+                         2 * test_util.num(ref.iterations))
         self.assertEqual(test_util.num(opt.dynamic_counter), 0)
 
     def test_fit_skips_the_window_with_an_overflowing_batch(self):

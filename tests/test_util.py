@@ -100,3 +100,11 @@ def create_identity_with_grad_check_fn(expected_gradient):
 def num(value):
     """A scalar's value as a Python number; works on mirrored variables too."""
     return tf.convert_to_tensor(value).numpy().item()
+
+
+def keras_has_gradient_accumulation():
+    """Whether Keras 3 optimizers take `gradient_accumulation_steps` (3.4+)."""
+    import inspect
+
+    return "gradient_accumulation_steps" in inspect.signature(
+        keras.optimizers.SGD).parameters

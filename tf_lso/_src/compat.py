@@ -6,6 +6,7 @@ was written against. `tests/compat_test.py` fails when a new release moves one
 of them.
 """
 
+import inspect
 import re
 import sys
 import threading
@@ -172,11 +173,19 @@ def tf_keras_check_variables_are_known(optimizer, var_list):
 def keras_is_auto_name(optimizer):
     """Whether a Keras 3 optimizer's name has the form Keras generates.
 
-    Keras 3.0 to 3.15 name an unnamed optimizer
+    Keras 3.4 to 3.15 name an unnamed optimizer
     `keras.src.utils.naming.auto_name(class name)`: the class name in snake
-    case, then `_1`, `_2`, ... for later instances. A name of that form is not
-    configuration (two `SGD()`s are configured alike); any other name is.
+    case, then `_1`, `_2`, ... for later instances; Keras 3.0 to 3.3 use the
+    default of the constructor's `name` argument (`"SGD"`, `"adamw"`). A name
+    of either form is not configuration (two `SGD()`s are configured alike);
+    any other name is.
     """
+    try:
+        parameter = inspect.signature(type(optimizer)).parameters.get("name")
+    except (TypeError, ValueError):
+        parameter = None
+    if parameter is not None and optimizer.name == parameter.default:
+        return True
     snake = re.sub(r"\W+", "", type(optimizer).__name__)
     snake = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", snake)
     snake = re.sub("([a-z])([A-Z])", r"\1_\2", snake).lower()
@@ -186,19 +195,22 @@ def keras_is_auto_name(optimizer):
 def keras_step_counter(optimizer):
     """The variable counting a Keras 3 optimizer's `apply` calls.
 
-    Private: `BaseOptimizer._iterations` (Keras 3.4 to 3.15, which have
-    `gradient_accumulation_steps`). With accumulation the public `iterations`
+    Private: `BaseOptimizer._iterations` (Keras 3.4 to 3.15; in Keras 3.3
+    the public `iterations` counts the calls). With accumulation the public
+    `iterations` of Keras 3.4+
     is a tensor (`_iterations // steps`) that cannot be assigned; only then
     does tf_lso need this.
     """
-    return optimizer._iterations
+    counter = getattr(optimizer, "_iterations", None)
+    # Keras 3.3 has no `_iterations`: its `iterations` is the counter itself.
+    return counter if counter is not None else optimizer.iterations
 
 
 def keras_gradient_accumulators(optimizer, var_list):
     """The gradient accumulators of `var_list` in a built Keras 3 optimizer.
 
     Private: `BaseOptimizer._accumulated_gradients` and
-    `_get_variable_index` (Keras 3.5 to 3.15), as `apply` itself reads them.
+    `_get_variable_index` (Keras 3.3 to 3.15), as `apply` itself reads them.
     """
     return [
         optimizer._accumulated_gradients[optimizer._get_variable_index(v)]

@@ -6,7 +6,6 @@ per-variable cost of loss scaling is decided here.
 
 import math
 
-import keras
 import tensorflow as tf
 
 
@@ -88,7 +87,9 @@ def check_grads_and_vars(grads, var_list):
             "under the tape."
         )
     for i, (grad, var) in enumerate(zip(grads, var_list)):
-        if not isinstance(var, (tf.Variable, keras.Variable)):
+        # Duck-typed: `keras.Variable` is not the backend variables' base
+        # class in every Keras 3 release.
+        if not callable(getattr(var, "assign", None)):
             raise TypeError(
                 "Each (gradient, variable) pair's variable must be a "
                 f"variable. Received: a {type(var).__name__} at position {i}: "

@@ -7,11 +7,16 @@ from tf_lso._src import validation
 DEFAULT_INITIAL_SCALE = 2.0**15
 DEFAULT_GROWTH_STEPS = 2000
 # The keys of TF 2.4's config, of TF <= 2.3's, and what Keras 3's
-# LossScaleOptimizer adds (its name, which is not tf_lso configuration).
+# LossScaleOptimizer adds: its name, and (Keras 3.0 to 3.3) its own base
+# optimizer settings, which the inner optimizer's config holds for tf_lso.
 TF24_KEYS = ("inner_optimizer", "dynamic", "initial_scale",
              "dynamic_growth_steps")
 TF23_KEYS = ("optimizer", "loss_scale")
-_IGNORED_KEYS = ("name",)
+_IGNORED_KEYS = (
+    "name", "weight_decay", "clipnorm", "global_clipnorm", "clipvalue",
+    "use_ema", "ema_momentum", "ema_overwrite_frequency",
+    "loss_scale_factor", "gradient_accumulation_steps",
+)
 
 
 def loss_scale_from_settings(dynamic=True, initial_scale=None,
