@@ -177,3 +177,9 @@ def test_keras_accumulation_hooks():
     assert int(counter.numpy()) == 1
     accumulators = compat.keras_gradient_accumulators(optimizer, [var])
     assert [a.numpy().tolist() for a in accumulators] == [[1.0, 1.0]]
+
+
+def test_float_dtype_policy_class_hook():
+    cls = compat.float_dtype_policy_class()
+    policy = cls("mixed_float16")
+    assert (policy.compute_dtype, policy.variable_dtype) == ("float16", "float32")

@@ -57,6 +57,19 @@ def require_tensorflow():
         )
 
 
+def float_dtype_policy_class():
+    """The Keras dtype policy class that parses float policy names.
+
+    Keras 3.0 to 3.3: `keras.dtype_policies.FloatDTypePolicy` (the base
+    `DTypePolicy` gives every name `floatx()` dtypes); from Keras 3.4 on,
+    `keras.DTypePolicy` itself, with `FloatDTypePolicy` an alias subclass.
+    Both are public.
+    """
+    import keras
+
+    return getattr(keras.dtype_policies, "FloatDTypePolicy", keras.DTypePolicy)
+
+
 def tf_keras_module():
     """Returns the `tf_keras` module if it is already imported, else None.
 

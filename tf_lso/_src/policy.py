@@ -10,12 +10,13 @@ import functools
 
 import keras
 
+from tf_lso._src import compat
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import serialization
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
-class Policy(keras.DTypePolicy):
+class Policy(compat.float_dtype_policy_class()):
     """A dtype policy with a loss scale, as in TF 2.1-2.3.
 
     Args:
