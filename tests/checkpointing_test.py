@@ -211,7 +211,7 @@ class LegacyLayoutTest(tf.test.TestCase, parameterized.TestCase):
         for var, source_var in zip(model.variables, source_model.variables):
             self.assertAllEqual(opt.get_slot(var, "momentum"),
                                 source.get_slot(source_var, "momentum"))
-        self.assertEqual(float(opt.learning_rate), np.float32(0.1))
+        self.assertEqual(test_util.num(opt.learning_rate), np.float32(0.1))
 
     @parameterized.named_parameters(
         ("sgd", lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9),
@@ -241,7 +241,7 @@ class LegacyLayoutTest(tf.test.TestCase, parameterized.TestCase):
             opt.build(model.variables)
             status.assert_existing_objects_matched()
             self._expect_restored(model, opt, source_model, source)
-            self.assertEqual(float(opt.learning_rate), np.float32(0.1))
+            self.assertEqual(test_util.num(opt.learning_rate), np.float32(0.1))
             for legacy_name in slot_names:
                 expected = _slots(source, source_model, legacy_name)
                 for var, value in zip(model.variables, expected):
@@ -317,7 +317,7 @@ class KerasLossScaleOptimizerLayoutTest(tf.test.TestCase):
         # Keras 3's class does not count skipped steps: 4 of 5.
         self.assertEqual(test_util.num(opt.iterations), 4)
         self.assertEqual(test_util.num(source.iterations), 4)
-        self.assertEqual(float(opt.learning_rate), 0.25)
+        self.assertEqual(test_util.num(opt.learning_rate), 0.25)
         self.assertEqual(_state(model, opt)["optimizer"],
                          _state(source_model, source.inner_optimizer)
                          ["optimizer"])

@@ -183,3 +183,14 @@ def test_float_dtype_policy_class_hook():
     cls = compat.float_dtype_policy_class()
     policy = cls("mixed_float16")
     assert (policy.compute_dtype, policy.variable_dtype) == ("float16", "float32")
+
+
+def test_is_variable_hook():
+    import keras
+
+    layer = keras.layers.Dense(1)
+    layer.build((None, 2))
+    assert compat.is_variable(layer.kernel)
+    assert compat.is_variable(tf.Variable(1.0))
+    assert not compat.is_variable(tf.constant(1.0))
+    assert not compat.is_variable(layer.kernel + 0)

@@ -220,7 +220,7 @@ def _keras_legacy_dependency(optimizer, name):
         return optimizer.iterations
     if name == "learning_rate":
         learning_rate = optimizer.learning_rate
-        if isinstance(learning_rate, keras.Variable):
+        if compat.is_variable(learning_rate):
             return learning_rate
     return None
 

@@ -57,6 +57,16 @@ def require_tensorflow():
         )
 
 
+def is_variable(value):
+    """Whether `value` is a TensorFlow or Keras variable (anything assignable).
+
+    `isinstance(value, keras.Variable)` is not enough: in Keras 3.0 to 3.3
+    the TensorFlow backend's variables are not instances of the exported
+    `keras.Variable`.
+    """
+    return callable(getattr(value, "assign", None))
+
+
 def float_dtype_policy_class():
     """The Keras dtype policy class that parses float policy names.
 
@@ -237,12 +247,8 @@ def keras_learning_rate_schedule(optimizer):
     Private: `BaseOptimizer._learning_rate` (Keras 3.0 to 3.15) holds the
     schedule (or callable); the public `learning_rate` is its current value.
     """
-    import keras
-
     learning_rate = optimizer._learning_rate
-    if isinstance(learning_rate, keras.Variable) or not callable(
-        learning_rate
-    ):
+    if is_variable(learning_rate) or not callable(learning_rate):
         return None
     return learning_rate
 

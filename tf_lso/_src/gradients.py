@@ -8,6 +8,8 @@ import math
 
 import tensorflow as tf
 
+from tf_lso._src import compat
+
 
 def _dense_values(grad):
     """The tensor whose entries must be finite: `.values` for IndexedSlices."""
@@ -87,9 +89,7 @@ def check_grads_and_vars(grads, var_list):
             "under the tape."
         )
     for i, (grad, var) in enumerate(zip(grads, var_list)):
-        # Duck-typed: `keras.Variable` is not the backend variables' base
-        # class in every Keras 3 release.
-        if not callable(getattr(var, "assign", None)):
+        if not compat.is_variable(var):
             raise TypeError(
                 "Each (gradient, variable) pair's variable must be a "
                 f"variable. Received: a {type(var).__name__} at position {i}: "
