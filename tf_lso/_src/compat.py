@@ -219,10 +219,9 @@ def keras_step_counter(optimizer):
     """The variable counting a Keras 3 optimizer's `apply` calls.
 
     Private: `BaseOptimizer._iterations` (Keras 3.4 to 3.15; in Keras 3.3
-    the public `iterations` counts the calls). With accumulation the public
-    `iterations` of Keras 3.4+
-    is a tensor (`_iterations // steps`) that cannot be assigned; only then
-    does tf_lso need this.
+    the public `iterations` counts the calls). With gradient accumulation the
+    public `iterations` of Keras 3.4+ is a tensor (`_iterations // steps`)
+    that cannot be assigned; only then does tf_lso need this.
     """
     counter = getattr(optimizer, "_iterations", None)
     # Keras 3.3 has no `_iterations`: its `iterations` is the counter itself.
