@@ -7,9 +7,39 @@ that float16 overflows: that step is skipped (weights untouched) and the loss
 scale halves. Between overflows the scale grows again every 20 finite steps.
 """
 
+import contextlib
 import os
+import sys
+
+
+@contextlib.contextmanager
+def _tensorflow_notices_silenced():
+    """Points stderr at /dev/null while TensorFlow logs its start-up notices.
+
+    TensorFlow 2.21 logs them (oneDNN, CUDA, CPU features, float16 kernels)
+    through absl, before or regardless of TF_CPP_MIN_LOG_LEVEL
+    (tensorflow/tensorflow#100442). Errors still show: they are raised after
+    stderr is restored. Run with --tf-logs to see the notices.
+    """
+    if "--tf-logs" in sys.argv:
+        yield
+        return
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+with _tensorflow_notices_silenced():
+    import tensorflow as tf
+
+    tf.constant(0.0) + 1.0  # The first op logs the device notices.
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -62,7 +92,11 @@ def main():
         y = x @ true_w
         if step in OVERFLOW_STEPS:
             x = x * 1e4  # float16 activations overflow: a non-finite step.
-        loss = train_step(tf.constant(x), tf.constant(y))
+        if step == 1:  # Tracing logs float16 kernel notices.
+            with _tensorflow_notices_silenced():
+                loss = train_step(tf.constant(x), tf.constant(y))
+        else:
+            loss = train_step(tf.constant(x), tf.constant(y))
         if step % 15 == 0 or step in OVERFLOW_STEPS:
             mark = "  <- overflow, step skipped" if step in OVERFLOW_STEPS else ""
             print(f"{step:>5} {float(opt.loss_scale()):>11.0f} "
