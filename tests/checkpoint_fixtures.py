@@ -10,6 +10,7 @@ same dependencies as TF 2.2's LossScaleOptimizer (`base_optimizer` and
 import keras
 import numpy as np
 import tensorflow as tf
+from test_util import tf_keras
 
 X = tf.constant([[1.0, 2.0], [3.0, -1.0]])
 Y = tf.constant([[1.0], [0.5]])
@@ -57,8 +58,6 @@ def train(model, opt, factors=(1.0,), use_tf_function=False, strategy=None):
 
 
 def tf_keras_lso(inner, initial_scale=None, growth_steps=None):
-    import tf_keras
-
     kwargs = {}
     if initial_scale is not None:
         kwargs["initial_scale"] = initial_scale
@@ -84,8 +83,6 @@ def tf2_2_checkpoint(directory):
         (model, base optimizer, path); the loss scale is 32768 with a counter
         of 1, as in TF's own `lso_ckpt_tf2.2` test checkpoint.
     """
-    import tf_keras
-
     model = Linear()
     base = tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
     train(model, base)

@@ -13,7 +13,7 @@ import tf_lso
 NAN = float("nan")
 INF = float("inf")
 
-tf_keras = pytest.importorskip("tf_keras")
+tf_keras = test_util.tf_keras
 
 # Gradient multipliers per step: inf makes the step overflow.
 FACTORS = (1.0, 1.0, np.inf, 1.0, 1.0, 1.0, np.inf, 1.0)

@@ -9,7 +9,7 @@ import tf_lso
 
 import test_util
 
-tf_keras = pytest.importorskip("tf_keras")
+tf_keras = test_util.tf_keras
 
 NAN = float("nan")
 

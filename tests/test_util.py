@@ -109,3 +109,25 @@ def keras_has_gradient_accumulation():
 
     return "gradient_accumulation_steps" in inspect.signature(
         keras.optimizers.SGD).parameters
+
+
+class _OptionalTfKeras:
+    """`tf_keras`, imported when first used; skips the test if it is missing.
+
+    A test module that needs tf_keras for some tests only uses this, so that
+    its other tests still run without tf_keras.
+    """
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # pytest's collection probes these.
+            raise AttributeError(name)
+        try:
+            import tf_keras
+        except ImportError:
+            import pytest
+
+            pytest.skip("needs tf_keras (pip install tf-keras)")
+        return getattr(tf_keras, name)
+
+
+tf_keras = _OptionalTfKeras()
