@@ -367,10 +367,6 @@ class CrossRestoreTest(tf.test.TestCase, parameterized.TestCase):
                          _state(model, plain)["optimizer"])
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 class CorruptScaleTest(tf.test.TestCase, parameterized.TestCase):
     """A checkpoint whose loss scale is not a usable number."""
 
@@ -455,3 +451,7 @@ class CorruptScaleTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(self._state(opt, var), [0.25, -8.0, 0, 2])
         opt.apply_gradients([(tf.constant(INF), var)])
         self.assertEqual(self._state(opt, var), [0.25, 1.0, 0, 3])
+
+
+if __name__ == "__main__":
+    tf.test.main()

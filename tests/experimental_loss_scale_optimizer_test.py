@@ -294,10 +294,6 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(restored.my_attribute, 7)
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 class FromConfigTest(tf.test.TestCase, parameterized.TestCase):
     """`from_config` of both classes: keywords, validation, clear errors."""
 
@@ -390,3 +386,7 @@ class _HalvingLossScale(LossScale):
 
     def get_config(self):
         return {}
+
+
+if __name__ == "__main__":
+    tf.test.main()

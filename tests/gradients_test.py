@@ -147,10 +147,6 @@ def test_pack_unpack_round_trip_any_mix(entries, factor):
             np.testing.assert_array_equal(scaled, g * factor)
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -200,3 +196,7 @@ class UnscaleTest(tf.test.TestCase, parameterized.TestCase):
             reciprocal = tf.constant(1.0) / tf.constant(scale)
             for g, r in zip(grads, result):
                 self.assertAllEqual(r, g * tf.cast(reciprocal, g.dtype))
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -87,10 +87,6 @@ class InnerForwardingTest(tf.test.TestCase):
         self.assertEqual(inner.clipnorm, 2.5)
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 class LearningRateScheduleTest(tf.test.TestCase):
     """`opt.learning_rate` with a schedule: TF 2.x's callable, Keras 3's value."""
 
@@ -138,3 +134,7 @@ class LearningRateScheduleTest(tf.test.TestCase):
         inner = keras.optimizers.SGD(0.1)
         opt = tf_lso.LossScaleOptimizer(inner)
         self.assertIs(opt.learning_rate, inner.learning_rate)
+
+
+if __name__ == "__main__":
+    tf.test.main()

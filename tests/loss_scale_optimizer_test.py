@@ -489,10 +489,6 @@ def _unscale_one(grad, reciprocal):
     return grad * reciprocal
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -546,10 +542,9 @@ class HugeScaleTest(tf.test.TestCase, parameterized.TestCase):
 def _inner_of_kind(kind):
     if kind == "keras":
         return keras.optimizers.SGD(1.0)
-    tf_keras = __import__("pytest").importorskip("tf_keras")
     if kind == "tf_keras":
-        return tf_keras.optimizers.SGD(1.0)
-    return tf_keras.optimizers.legacy.SGD(1.0)
+        return test_util.tf_keras.optimizers.SGD(1.0)
+    return test_util.tf_keras.optimizers.legacy.SGD(1.0)
 
 
 class InvalidApplyTest(tf.test.TestCase, parameterized.TestCase):
@@ -737,3 +732,7 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllEqual(var, ref_var)
             self.assertEqual(float(opt.loss_scale), float(scale))
             self.assertEqual(test_util.num(opt.dynamic_counter), count)
+
+
+if __name__ == "__main__":
+    tf.test.main()
