@@ -71,9 +71,7 @@ class LossScaleOptimizer(
         dynamic_growth_steps=None,
     ):
         adapter = inner_lib.adapter_for(inner_optimizer, "inner_optimizer")
-        if not isinstance(dynamic, bool):
-            # Before the strategy check, as in TF 2.4.
-            optimizer_config.loss_scale_from_settings(dynamic)
+        optimizer_config.check_dynamic(dynamic)  # Before the strategy check.
         distribute.check_strategy_supported()
         loss_scale = optimizer_config.loss_scale_from_settings(
             dynamic, initial_scale, dynamic_growth_steps

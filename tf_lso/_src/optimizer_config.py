@@ -19,6 +19,21 @@ _IGNORED_KEYS = (
 )
 
 
+def check_dynamic(dynamic):
+    """Raises TF 2.4's TypeError unless `dynamic` is a bool.
+
+    It catches TF 2.1-2.3 code that passes a loss scale as the second
+    argument of the TF 2.4 constructor.
+    """
+    if not isinstance(dynamic, bool):
+        raise TypeError(
+            '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
+            f"bool, but got: {dynamic!r}. To pass a loss scale as the "
+            "second argument, use "
+            "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)."
+        )
+
+
 def loss_scale_from_settings(dynamic=True, initial_scale=None,
                              dynamic_growth_steps=None):
     """The loss scale for TF 2.4's constructor arguments, validated.
@@ -37,13 +52,7 @@ def loss_scale_from_settings(dynamic=True, initial_scale=None,
         TypeError: If `dynamic` is not a bool or a value is not a number.
         ValueError: For missing or out-of-range values.
     """
-    if not isinstance(dynamic, bool):
-        raise TypeError(
-            '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
-            f"bool, but got: {dynamic!r}. To pass a loss scale as the "
-            "second argument, use "
-            "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)."
-        )
+    check_dynamic(dynamic)
     if dynamic:
         return loss_scale_lib.DynamicLossScale(
             validation.scale(
