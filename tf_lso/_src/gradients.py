@@ -202,7 +202,7 @@ class Packed:
         scale = tf.convert_to_tensor(scale, tf.float32)
 
         def ordinary():
-            return [scale_by(v, 1.0 / scale) for v in self.values]
+            return self.scaled(1.0 / scale).values
 
         static = tf.get_static_value(scale)
 

@@ -54,10 +54,7 @@ class InnerOptimizerForwarding:
         """
         return self._inner.learning_rate(self._optimizer)
 
-    @learning_rate.setter
-    def learning_rate(self, value):
-        if self.__dict__.get("_wrapper_ready"):
-            self._optimizer.learning_rate = value
+    learning_rate = learning_rate.setter(_forwarded("learning_rate").fset)
     clipnorm = _forwarded("clipnorm")
     clipvalue = _forwarded("clipvalue")
     global_clipnorm = _forwarded("global_clipnorm")
