@@ -101,7 +101,8 @@ def main():
             mark = "  <- overflow, step skipped" if step in OVERFLOW_STEPS else ""
             print(f"{step:>5} {float(opt.loss_scale()):>11.0f} "
                   f"{int(skipped):>8} {float(loss):>10.4g}{mark}")
-    print(f"done: {int(opt.iterations.numpy())} iterations, {int(skipped)} skipped, "
+    print(f"done: {int(opt.iterations.numpy())} iterations, "
+          f"{int(skipped)} skipped, "
           f"final loss scale {float(opt.loss_scale):.0f}")
 
 
