@@ -3,8 +3,8 @@
 TensorFlow is not a hard requirement, so that an environment that already has
 `tensorflow` or `tensorflow-cpu` keeps it: pick one with an extra
 (`tf_lso[tensorflow]` or `tf_lso[cpu]`) or install TensorFlow yourself.
-Importing tf_lso without TensorFlow 2.16+ raises an ImportError saying what to
-install.
+Importing tf_lso without TensorFlow 2.16+ and Keras 3.8+ raises an ImportError
+saying what to install.
 """
 
 import pathlib
@@ -34,8 +34,10 @@ setuptools.setup(
     python_requires=">=3.9",
     install_requires=[],
     extras_require={
-        "tensorflow": ["tensorflow>=2.16,<2.22"],
-        "cpu": ["tensorflow-cpu>=2.16,<2.22"],
+        # The ranges the test matrix covers (noxfile.py). Keras before 3.8
+        # trains wrongly under tf.distribute (keras-team/keras#19891).
+        "tensorflow": ["tensorflow>=2.16,<2.22", "keras>=3.8,<3.16"],
+        "cpu": ["tensorflow-cpu>=2.16,<2.22", "keras>=3.8,<3.16"],
         "test": [
             "absl-py",
             "hypothesis",

@@ -36,6 +36,14 @@ def test_old_tensorflow_is_rejected(monkeypatch):
         compat.require_tensorflow()
 
 
+def test_keras_before_3_8_is_rejected(monkeypatch):
+    import keras
+
+    monkeypatch.setattr(keras, "__version__", "3.7.0")
+    with pytest.raises(ImportError, match=r"found Keras 3\.7\.0.*keras>=3\.8"):
+        compat.require_tensorflow()
+
+
 def test_legacy_create_all_weights_hook():
     tf_keras = pytest.importorskip("tf_keras")
     optimizer = tf_keras.optimizers.legacy.SGD(1.0, momentum=0.5)
@@ -177,12 +185,6 @@ def test_keras_accumulation_hooks():
     assert int(counter.numpy()) == 1
     accumulators = compat.keras_gradient_accumulators(optimizer, [var])
     assert [a.numpy().tolist() for a in accumulators] == [[1.0, 1.0]]
-
-
-def test_float_dtype_policy_class_hook():
-    cls = compat.float_dtype_policy_class()
-    policy = cls("mixed_float16")
-    assert (policy.compute_dtype, policy.variable_dtype) == ("float16", "float32")
 
 
 def test_is_variable_hook():

@@ -88,7 +88,7 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
     @TF24_EQUIVALENCES
     def test_tf24_doc_examples_hold_verbatim(self, args, kwargs):
         # As the TF 2.4 docs wrote them: two separately built SGDs, whose
-        # auto-generated names differ from Keras 3.4 on ("sgd", "sgd_1").
+        # auto-generated names differ from Keras 3.15 on ("sgd", "sgd_1").
         experimental = Experimental(keras.optimizers.SGD(), *args)
         plain = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), **kwargs)
         self.assertEqual(experimental.get_config(), plain.get_config())

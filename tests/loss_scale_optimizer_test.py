@@ -646,8 +646,7 @@ class GradientAccumulationTest(tf.test.TestCase, parameterized.TestCase):
         # One back-off per bad window, two NaNs in one window included.
         self.assertEqual(scales, [16.0, 8.0, 16.0, 8.0, 4.0, 8.0])
         self.assertEqual(test_util.num(opt.skipped_steps), 3)
-        # Every window counts, skipped or not: twice the reference's three
-        # (Keras 3.4+ counts windows, Keras 3.3 calls).
+        # Every window counts, skipped or not: twice the reference's three.
         self.assertEqual(test_util.num(opt.iterations),
                          2 * test_util.num(ref.iterations))
         self.assertEqual(test_util.num(opt.dynamic_counter), 0)

@@ -58,7 +58,7 @@ def strategy_and_mode_cases(prefix=""):
 
 def local_values(strategy, value):
     """NumPy values of every replica's copy of `value` (Keras variables too)."""
-    # Duck-typed: Keras 3.3 variables are not `keras.Variable` instances.
+    # Duck-typed: Keras variables and tf.Variables share no base class.
     if not isinstance(value, tf.Variable) and hasattr(value, "value"):
         value = value.value
     return [v.numpy() for v in strategy.experimental_local_results(value)]

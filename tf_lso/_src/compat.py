@@ -12,7 +12,12 @@ import sys
 import threading
 
 MIN_TENSORFLOW = (2, 16)
-MIN_KERAS = (3, 0)
+MIN_KERAS = (3, 8)
+# Why not older Keras 3: before 3.8, `fit` under a tf.distribute strategy
+# trains wrongly even with a bare optimizer (the per-replica loss is not
+# scaled: keras-team/keras#19891, fixed by keras-team/keras#20609 in 3.8.0).
+# TensorFlow 2.16 to 2.19 accept Keras 3.8, so every supported TensorFlow can
+# have it.
 
 _INSTALL_HINT = (
     "Install TensorFlow 2.16 or newer with `pip install 'tensorflow>=2.16'` "
@@ -52,32 +57,21 @@ def require_tensorflow():
         ) from e
     if _version_tuple(keras.__version__) < MIN_KERAS:
         raise ImportError(
-            f"tf_lso requires Keras 3, but found Keras {keras.__version__}. "
-            "Install it with `pip install 'keras>=3'`."
+            f"tf_lso requires Keras >= 3.8, but found Keras {keras.__version__}. "
+            "Keras 3.0 to 3.7 train incorrectly under tf.distribute strategies "
+            "(keras-team/keras#19891, fixed in Keras 3.8). Upgrade it with "
+            "`pip install -U 'keras>=3.8'` (every TensorFlow from 2.16 on "
+            "accepts it)."
         )
 
 
 def is_variable(value):
     """Whether `value` is a TensorFlow or Keras variable (anything assignable).
 
-    `isinstance(value, keras.Variable)` is not enough: in Keras 3.0 to 3.3
-    the TensorFlow backend's variables are not instances of the exported
-    `keras.Variable`.
+    `tf.Variable` (tf_keras, plain TensorFlow) and `keras.Variable` (Keras 3)
+    share no base class; both have `assign`.
     """
     return callable(getattr(value, "assign", None))
-
-
-def float_dtype_policy_class():
-    """The Keras dtype policy class that parses float policy names.
-
-    Keras 3.0 to 3.3: `keras.dtype_policies.FloatDTypePolicy` (the base
-    `DTypePolicy` gives every name `floatx()` dtypes); from Keras 3.4 on,
-    `keras.DTypePolicy` itself, with `FloatDTypePolicy` an alias subclass.
-    Both are public.
-    """
-    import keras
-
-    return getattr(keras.dtype_policies, "FloatDTypePolicy", keras.DTypePolicy)
 
 
 def tf_keras_module():
@@ -160,14 +154,14 @@ VARIABLE_VALUE = "VARIABLE_VALUE"
 
 
 def keras_trainable_variables(optimizer):
-    """The variables a built Keras 3 optimizer updates (Keras 3.0-3.15)."""
+    """The variables a built Keras 3 optimizer updates (Keras 3.8-3.15)."""
     return optimizer._trainable_variables
 
 
 def keras_check_variables_are_known(optimizer, var_list):
     """Raises Keras 3's ValueError for variables a built optimizer lacks.
 
-    Private hook: `BaseOptimizer._check_variables_are_known` (Keras 3.0 to
+    Private hook: `BaseOptimizer._check_variables_are_known` (Keras 3.8 to
     3.15), which `apply` itself calls; tf_lso calls it first, before any of
     its own state changes.
     """
@@ -196,10 +190,10 @@ def tf_keras_check_variables_are_known(optimizer, var_list):
 def keras_is_auto_name(optimizer):
     """Whether a Keras 3 optimizer's name has the form Keras generates.
 
-    Keras 3.4 to 3.15 name an unnamed optimizer
+    Keras 3.8 to 3.14 name an unnamed optimizer with the default of its
+    constructor's `name` argument (`"SGD"`, `"adamw"`); Keras 3.15 uses
     `keras.src.utils.naming.auto_name(class name)`: the class name in snake
-    case, then `_1`, `_2`, ... for later instances; Keras 3.0 to 3.3 use the
-    default of the constructor's `name` argument (`"SGD"`, `"adamw"`). A name
+    case, then `_1`, `_2`, ... for later instances. A name
     of either form is not configuration (two `SGD()`s are configured alike);
     any other name is.
     """
@@ -218,21 +212,18 @@ def keras_is_auto_name(optimizer):
 def keras_step_counter(optimizer):
     """The variable counting a Keras 3 optimizer's `apply` calls.
 
-    Private: `BaseOptimizer._iterations` (Keras 3.4 to 3.15; in Keras 3.3
-    the public `iterations` counts the calls). With gradient accumulation the
-    public `iterations` of Keras 3.4+ is a tensor (`_iterations // steps`)
+    Private: `BaseOptimizer._iterations` (Keras 3.8 to 3.15). With gradient
+    accumulation the public `iterations` is a tensor (`_iterations // steps`)
     that cannot be assigned; only then does tf_lso need this.
     """
-    counter = getattr(optimizer, "_iterations", None)
-    # Keras 3.3 has no `_iterations`: its `iterations` is the counter itself.
-    return counter if counter is not None else optimizer.iterations
+    return optimizer._iterations
 
 
 def keras_gradient_accumulators(optimizer, var_list):
     """The gradient accumulators of `var_list` in a built Keras 3 optimizer.
 
     Private: `BaseOptimizer._accumulated_gradients` and
-    `_get_variable_index` (Keras 3.3 to 3.15), as `apply` itself reads them.
+    `_get_variable_index` (Keras 3.8 to 3.15), as `apply` itself reads them.
     """
     return [
         optimizer._accumulated_gradients[optimizer._get_variable_index(v)]
@@ -243,7 +234,7 @@ def keras_gradient_accumulators(optimizer, var_list):
 def keras_learning_rate_schedule(optimizer):
     """A Keras 3 optimizer's learning rate schedule, or None.
 
-    Private: `BaseOptimizer._learning_rate` (Keras 3.0 to 3.15) holds the
+    Private: `BaseOptimizer._learning_rate` (Keras 3.8 to 3.15) holds the
     schedule (or callable); the public `learning_rate` is its current value.
     """
     learning_rate = optimizer._learning_rate
@@ -258,7 +249,7 @@ _NO_ALL_REDUCE_LOCK = threading.Lock()
 def keras_apply_without_all_reduce(optimizer, grads_and_vars):
     """Applies gradients with a Keras 3 optimizer, skipping its all-reduce.
 
-    Private hook: Keras 3's TensorFlow optimizers (Keras 3.0-3.15) always sum
+    Private hook: Keras 3's TensorFlow optimizers (Keras 3.8-3.15) always sum
     gradients across replicas in `TFOptimizer._all_reduce_sum_gradients`,
     with no public switch (tf_keras has `skip_gradients_aggregation`). For
     `experimental_aggregate_gradients=False` the instance's method is shadowed

@@ -10,13 +10,12 @@ import functools
 
 import keras
 
-from tf_lso._src import compat
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import serialization
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
-class Policy(compat.float_dtype_policy_class()):
+class Policy(keras.dtype_policies.FloatDTypePolicy):
     """A dtype policy with a loss scale, as in TF 2.1-2.3.
 
     Args:
