@@ -1,0 +1,54 @@
+"""The TensorFlow/Keras pairs tf_lso supports, each a nox session.
+
+    nox -t ci      # the oldest and the newest pair (the README's test command)
+    nox -s tests   # every pair of the matrix
+    nox -s "tests(tf2.18.1-keras3.8.0)"   # one pair; `-- -k name` picks tests
+
+Each session installs exact versions of TensorFlow, Keras and tf_keras
+together with tf_lso's own `tensorflow` and `test` extras, so pip fails the
+session if setup.py's declared ranges ever stop accepting a tested pair.
+tests/packaging_test.py checks that the matrix covers setup.py's ranges and
+matches the tables in README.md and docs/index.md.
+"""
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["tests"]
+
+# (TensorFlow, Keras, tf_keras, tags). Every TensorFlow minor version from 2.16
+# to 2.21 with the lowest Keras it accepts (3.8 at least: see MIN_KERAS in
+# tf_lso/_src/compat.py), and the newest Keras with the oldest, a middle and
+# the newest TensorFlow. tf_keras matches the TensorFlow minor version.
+MATRIX = (
+    ("2.16.2", "3.8.0", "2.16.0", ("ci",)),  # the oldest supported pair
+    ("2.16.2", "3.15.1", "2.16.0", ()),
+    ("2.17.1", "3.8.0", "2.17.0", ()),
+    ("2.18.1", "3.8.0", "2.18.0", ()),
+    ("2.18.1", "3.15.1", "2.18.0", ()),
+    ("2.19.1", "3.8.0", "2.19.0", ()),
+    ("2.20.0", "3.10.0", "2.20.1", ()),
+    ("2.21.0", "3.12.0", "2.21.0", ()),
+    ("2.21.0", "3.15.1", "2.21.0", ("ci",)),  # the newest
+)
+
+
+@nox.session(python="3.11")
+@nox.parametrize(
+    ("tensorflow", "keras", "tf_keras"),
+    [
+        nox.param(tf, keras, tf_keras, id=f"tf{tf}-keras{keras}", tags=tags)
+        for tf, keras, tf_keras, tags in MATRIX
+    ],
+)
+def tests(session, tensorflow, keras, tf_keras):
+    """Runs the whole test suite on one TensorFlow/Keras pair."""
+    session.install(
+        f"tensorflow=={tensorflow}",
+        f"keras=={keras}",
+        f"tf-keras=={tf_keras}",
+        "-e",
+        ".[tensorflow,test]",
+    )
+    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)

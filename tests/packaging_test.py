@@ -1,0 +1,79 @@
+"""What setup.py declares is what noxfile.py tests and what the docs show."""
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+from tf_lso._src import compat
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _matrix():
+    """noxfile.MATRIX as (tf, keras, tf_keras, tags), read without nox."""
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", None) == "MATRIX"):
+            return ast.literal_eval(node.value)
+    raise AssertionError("noxfile.py has no MATRIX")
+
+
+def _minor(version):
+    return tuple(int(p) for p in version.split(".")[:2])
+
+
+def _declared(package):
+    """setup.py's (lower, upper) bounds of `package`, the same in every extra."""
+    text = (ROOT / "setup.py").read_text()
+    found = set(re.findall(rf'"{package}>=([\d.]+),<([\d.]+)"', text))
+    assert len(found) == 1, (package, found)
+    lower, upper = found.pop()
+    return _minor(lower), _minor(upper)
+
+
+def test_matrix_covers_every_declared_tensorflow_and_keras():
+    matrix = _matrix()
+    tf_lower, tf_upper = _declared("tensorflow")
+    keras_lower, keras_upper = _declared("keras")
+    assert _declared("tensorflow-cpu") == (tf_lower, tf_upper)
+    assert _declared("tf-keras") == (tf_lower, tf_upper)
+    tested_tf = {_minor(row[0]) for row in matrix}
+    # Every TensorFlow minor version in the declared range, no other.
+    assert tested_tf == {(2, m) for m in range(tf_lower[1], tf_upper[1])}
+    tested_keras = {_minor(row[1]) for row in matrix}
+    assert min(tested_keras) == keras_lower
+    assert max(tested_keras) == (keras_upper[0], keras_upper[1] - 1)
+    # The oldest TensorFlow with the newest Keras and the lowest, too.
+    oldest = [row for row in matrix if _minor(row[0]) == tf_lower]
+    assert {_minor(row[1]) for row in oldest} == {keras_lower,
+                                                 max(tested_keras)}
+    for tf_version, _, tf_keras_version, _ in matrix:
+        assert _minor(tf_keras_version) == _minor(tf_version)
+    assert (compat.MIN_TENSORFLOW, compat.MIN_KERAS) == (tf_lower, keras_lower)
+
+
+def test_ci_runs_the_oldest_and_the_newest_pair():
+    matrix = _matrix()
+    ci = [row[:3] for row in matrix if "ci" in row[3]]
+    key = lambda row: (_minor(row[0]), _minor(row[1]))  # noqa: E731
+    assert ci == [min(matrix, key=key)[:3], max(matrix, key=key)[:3]]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/index.md"])
+def test_docs_show_the_tested_matrix(doc):
+    rows = re.findall(
+        r"^\| *([\d.]+) *\| *([\d.]+) *\| *([\d.]+) *\|", (ROOT / doc).read_text(),
+        re.M,
+    )
+    assert rows == [row[:3] for row in _matrix()]
+
+
+def test_ci_script_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"Full test suite.*?```\n(.+?)\n```", readme, re.S)
+    script = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert script[-1] == command.group(1)
+    assert "nox" in command.group(1) and "-t ci" in command.group(1)
