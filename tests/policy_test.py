@@ -90,14 +90,10 @@ def test_set_policy_and_layers():
     y = layer(np.ones((1, 3), "float32"))
     assert y.dtype == tf.float16
     assert layer.kernel.dtype == "float32"
-    # A layer's config holds our policy (Keras 3.4+; Keras 3.3 stores only
-    # its name); Keras rebuilds layers with a plain policy of the same name
-    # (a layer has no use for a loss scale).
+    # A layer's config holds our policy; Keras rebuilds layers with a plain
+    # policy of the same name (a layer has no use for a loss scale).
     config = layer.get_config()
-    if isinstance(config["dtype"], str):
-        assert config["dtype"] == policy.name
-    else:
-        assert config["dtype"]["config"] == policy.get_config()
+    assert config["dtype"]["config"] == policy.get_config()
     restored = keras.layers.Dense.from_config(config)
     assert restored.dtype_policy.name == "mixed_float16"
 
