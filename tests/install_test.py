@@ -1,6 +1,7 @@
 """Tests for tf_lso._src.install and `python -m tf_lso run`."""
 
 import importlib
+import subprocess
 import sys
 
 import keras
@@ -62,6 +63,33 @@ def test_import_statements_of_old_scripts_work():
     assert mp.Policy is tf_lso.experimental.Policy
     module = importlib.import_module("tensorflow.mixed_precision.experimental")
     assert module.DynamicLossScale is tf_lso.experimental.DynamicLossScale
+
+
+def test_tf24_import_statements_get_the_tf24_class():
+    # `import tensorflow.keras.mixed_precision` can bind a module object
+    # other than `tf.keras.mixed_precision` (Keras 3's tf_keras facade), so
+    # this runs in fresh interpreters, before and after tf.keras was first
+    # touched.
+    checks = "; ".join([
+        "from tensorflow.keras.mixed_precision import LossScaleOptimizer as L",
+        "assert L is tf_lso.LossScaleOptimizer, L",
+        "from tensorflow.keras import mixed_precision as mp",
+        "assert mp.LossScaleOptimizer is tf_lso.LossScaleOptimizer",
+        "import tensorflow.keras.mixed_precision as mp",
+        "assert mp.LossScaleOptimizer is tf_lso.LossScaleOptimizer",
+        "from tensorflow.keras.mixed_precision import experimental as e",
+        "assert e.LossScaleOptimizer is tf_lso.experimental.LossScaleOptimizer",
+        "tf_lso.uninstall()",
+        "from tensorflow.keras.mixed_precision import LossScaleOptimizer as L",
+        "from keras.optimizers import LossScaleOptimizer as K",
+        "assert L is K, L",
+    ])
+    for touch in ("", "tf.keras.mixed_precision; "):
+        code = "import tensorflow as tf, tf_lso; " + touch
+        code += "tf_lso.install(); " + checks
+        done = subprocess.run([sys.executable, "-c", code],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (code, done.stderr[-2000:])
 
 
 def test_tf24_class_keeps_its_signature_and_is_a_keras_lso():

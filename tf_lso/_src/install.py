@@ -6,6 +6,7 @@ classes and functions where those scripts look for them, and records what it
 replaced so that `uninstall()` restores TensorFlow exactly as it was.
 """
 
+import importlib
 import sys
 import types
 
@@ -56,6 +57,21 @@ def _register(name, module):
     sys.modules[name] = module
 
 
+def _keras_mixed_precision_modules():
+    """Every module object a script can reach as tf.keras.mixed_precision.
+
+    On TF 2.16+ `tf.keras.mixed_precision` is Keras 3's `keras.mixed_precision`,
+    but `import tensorflow.keras.mixed_precision` (and `from ... import`) can
+    load Keras's tf_keras facade (`keras/_tf_keras/keras/mixed_precision`) as
+    a second module object; both must show the legacy names.
+    """
+    modules = [tf.keras.mixed_precision]
+    imported = importlib.import_module("tensorflow.keras.mixed_precision")
+    if imported is not modules[0]:
+        modules.append(imported)
+    return modules
+
+
 def installed_names():
     """The dotted names `install()` provides, for docs and tests."""
     names = [f"tf.keras.mixed_precision.experimental.{n}"
@@ -90,11 +106,11 @@ def install():
     """
     if _installed:
         return
-    keras_mp = tf.keras.mixed_precision
-    experimental = _module(f"{keras_mp.__name__}.experimental",
+    experimental = _module("tensorflow.keras.mixed_precision.experimental",
                            _KERAS_EXPERIMENTAL)
-    _set(keras_mp, "experimental", experimental)
-    _set(keras_mp, "LossScaleOptimizer", v2.LossScaleOptimizer)
+    for keras_mp in _keras_mixed_precision_modules():
+        _set(keras_mp, "experimental", experimental)
+        _set(keras_mp, "LossScaleOptimizer", v2.LossScaleOptimizer)
     _register("tensorflow.keras.mixed_precision.experimental", experimental)
 
     tf_mp = getattr(tf, "mixed_precision", None)
