@@ -44,7 +44,10 @@ setuptools.setup(
             "pytest",
             "tensorboard",
             "tf-keras>=2.16,<2.22",
+            "libcst>=1.1",
         ],
+        # `python -m tf_lso check --fix` (the check itself needs nothing).
+        "migrate": ["libcst>=1.1"],
     },
     license="Apache-2.0",
 )

@@ -2,8 +2,8 @@
 
 Each script runs three ways, each in its own process: through
 `python -m tf_lso run`, after `tf_lso.install()`, and rewritten against
-tf_lso's own API (the one-import change of the migration guide). All three
-must print the same results.
+tf_lso's own API by `python -m tf_lso check --fix` (the one-import change of
+the migration guide). All three must print the same results.
 """
 
 import os
@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from tf_lso._src import migration_fix
+
 LEGACY = pathlib.Path(__file__).parents[1] / "examples" / "legacy"
 
 # Script and the argument for a short run.
@@ -23,15 +25,6 @@ SCRIPTS = {
     "mirrored_loop.py": "50",
     "checkpoint_loop.py": "45",
 }
-
-_REWRITES = [
-    ("from tensorflow.keras.mixed_precision import experimental",
-     "from tf_lso import experimental"),
-    ("tf.keras.mixed_precision.experimental.", "tf_lso.experimental."),
-    ("tf.mixed_precision.experimental.", "tf_lso.experimental."),
-    ("tf.train.experimental.", "tf_lso.experimental."),
-    ("import tensorflow as tf\n", "import tensorflow as tf\nimport tf_lso\n"),
-]
 
 
 def _run(args, tmp_path):
@@ -60,9 +53,8 @@ def test_runs_unmodified_and_matches_tf_lso_api(script, tmp_path):
         f"sys.argv = [{str(path)!r}, {arg!r}]; "
         f"runpy.run_path({str(path)!r}, run_name='__main__')",
     ], tmp_path)
-    source = path.read_text()
-    for old, new in _REWRITES:
-        source = source.replace(old, new)
+    # The one-import change, as `python -m tf_lso check --fix` makes it.
+    source = migration_fix.fix_source(path.read_text())
     assert not re.search(r"tf\.(keras\.)?(mixed_precision|train)\.experimental",
                          source)
     rewritten = tmp_path / script

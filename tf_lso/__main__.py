@@ -1,7 +1,13 @@
-"""`python -m tf_lso run SCRIPT.py [args...]`: run an unmodified TF 2.x script.
+"""The `python -m tf_lso` commands.
 
-Installs the legacy mixed-precision names (`tf_lso.install()`) and runs the
-script as `__main__`, with `sys.argv` set to the script and its arguments.
+`python -m tf_lso run SCRIPT.py [args...]` installs the legacy mixed-precision
+names (`tf_lso.install()`) and runs an unmodified TF 2.x script as
+`__main__`, with `sys.argv` set to the script and its arguments.
+
+`python -m tf_lso check PATH...` reports legacy mixed-precision code and what
+behaves differently on TF 2.16+ (exit status 1 when a finding reaches
+`--fail-on`); `--fix` previews rewriting the legacy names to tf_lso's as a
+diff, `--fix --write` applies it. See docs/migration.md.
 """
 
 import argparse
@@ -23,7 +29,28 @@ def main(argv=None):
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER,
                      help="arguments passed on to the script")
+    check = commands.add_parser(
+        "check", help="report legacy mixed-precision code; --fix rewrites "
+        "the legacy names to tf_lso's"
+    )
+    check.add_argument("paths", nargs="+", metavar="PATH",
+                       help=".py or .ipynb files, or directories to search")
+    check.add_argument("--format", choices=("text", "json"), default="text")
+    check.add_argument(
+        "--fail-on", choices=("info", "warning", "error", "never"),
+        default="error", help="exit with status 1 if a finding has this "
+        "severity or a higher one (default: error)",
+    )
+    check.add_argument("--fix", action="store_true",
+                       help="show the rewrite of legacy names as a diff "
+                       "(needs tf_lso[migrate])")
+    check.add_argument("--write", action="store_true",
+                       help="with --fix: write the rewritten files")
     args = parser.parse_args(argv)
+    if args.command == "check":
+        if args.write and not args.fix:
+            parser.error("--write needs --fix")
+        return _check(args)
 
     import tf_lso
 
@@ -33,6 +60,34 @@ def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
     runpy.run_path(args.script, run_name="__main__")
     return 0
+
+
+def _check(args):
+    from tf_lso._src import migration_check
+
+    if args.fix:
+        from tf_lso._src import migration_fix
+
+        try:
+            diff, changed, skipped = migration_fix.fix_files(
+                args.paths, write=args.write)
+        except ImportError as e:
+            print(e, file=sys.stderr)
+            return 2
+        sys.stdout.write(diff)
+        for path, reason in skipped:
+            print(f"{path}: skipped: {reason}", file=sys.stderr)
+        verb = "rewrote" if args.write else "would rewrite"
+        hint = "" if args.write or not changed else " (apply with --write)"
+        print(f"{verb} {len(changed)} file(s){hint}", file=sys.stderr)
+        return 1 if skipped and any(
+            not reason.startswith("notebooks") for _, reason in skipped) else 0
+    files = list(migration_check.python_files(args.paths))
+    findings = [f for path in files for f in migration_check.check_file(path)]
+    report = (migration_check.format_json if args.format == "json"
+              else migration_check.format_text)
+    print(report(findings, len(files)))
+    return 1 if migration_check.fails(findings, args.fail_on) else 0
 
 
 if __name__ == "__main__":

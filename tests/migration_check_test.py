@@ -1,0 +1,222 @@
+"""Tests for tf_lso._src.migration_check and `python -m tf_lso check`."""
+
+import json
+import pathlib
+import textwrap
+
+import pytest
+
+from tf_lso import __main__ as cli
+from tf_lso._src import migration_check
+
+SNIPPETS = pathlib.Path(__file__).parent / "migration_snippets"
+
+
+def _found(findings):
+    return [(f.line, f.column, f.rule) for f in findings]
+
+
+def test_every_pattern_in_the_tf23_snippet():
+    findings = migration_check.check_file(SNIPPETS / "tf23_patterns.py")
+    assert _found(findings) == [
+        (7, 1, "legacy-name"),  # from tensorflow.python.training...
+        (9, 10, "legacy-name"),  # mixed_precision.experimental.Policy
+        (9, 10, "policy-loss-scale"),
+        (10, 1, "legacy-name"),  # ...experimental.set_policy
+        (14, 1, "optimizer-v2-subclass"),
+        (22, 14, "decayed-lr"),
+        (28, 11, "legacy-name"),  # tf.keras...experimental.LossScaleOptimizer
+        (30, 1, "graph-rewrite"),
+        (37, 12, "dtype-name"),
+        (42, 58, "aggregate-gradients"),
+        (46, 1, "run-v2"),
+        (47, 50, "variable-name-suffix"),
+        (48, 7, "loss-scale-call"),
+        (48, 25, "schedule-call"),
+        (48, 43, "skipped-step-iterations"),
+        (49, 7, "private-attribute"),
+        (49, 23, "private-attribute"),
+        (49, 40, "get-gradients"),
+    ]
+    legacy = [f for f in findings if f.rule == "legacy-name"]
+    assert all(f.fixable for f in legacy)
+    assert not any(f.fixable for f in findings if f.rule != "legacy-name")
+    assert "use `tf_lso.experimental.FixedLossScale`" in legacy[0].message
+    assert "`tf_lso.experimental.Policy`" in legacy[1].message
+    hooks = [f for f in findings if f.rule == "optimizer-v2-subclass"][0]
+    assert "_resource_apply_dense, _set_hyper" in hooks.message
+
+
+def test_tf24_import_of_the_keras3_name():
+    findings = migration_check.check_file(SNIPPETS / "tf24_custom_loop.py")
+    assert _found(findings) == [(13, 1, "legacy-name")]
+    assert "Keras 3's class" in findings[0].message
+    assert "`tf_lso.LossScaleOptimizer`" in findings[0].message
+
+
+@pytest.mark.parametrize("source, expected", [
+    # Each spelling of a legacy name is reported once, where it is written.
+    ("import tensorflow as tf\n"
+     "x = tf.keras.mixed_precision.experimental.LossScaleOptimizer\n",
+     [(2, 5, "legacy-name")]),
+    ("from tensorflow.keras.mixed_precision import experimental as mp\n"
+     "mp.LossScaleOptimizer(opt, 'dynamic')\n",
+     [(1, 1, "legacy-name")]),
+    ("import tensorflow.keras.mixed_precision.experimental as mp\n"
+     "mp.Policy('mixed_float16')\n",
+     [(1, 1, "legacy-name")]),
+    ("import tensorflow as tf\n"
+     "mp = tf.keras.mixed_precision.experimental\n"
+     "mp.LossScaleOptimizer(opt, 'dynamic')\n",
+     [(2, 6, "legacy-name")]),
+    ("from tensorflow.mixed_precision.experimental import DynamicLossScale\n",
+     [(1, 1, "legacy-name")]),
+    ("import keras\n"  # Standalone Keras 2 spelled it the same way.
+     "keras.mixed_precision.experimental.Policy('mixed_float16', 'dynamic')\n",
+     [(2, 1, "legacy-name"), (2, 1, "policy-loss-scale")]),
+    ("import tensorflow.compat.v2 as tf\n"
+     "tf.train.experimental.FixedLossScale(8)\n",
+     [(2, 1, "legacy-name")]),
+    # Not legacy: Keras 3's names, an unrelated `experimental`, no import.
+    ("import tensorflow as tf\n"
+     "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "tf.keras.mixed_precision.Policy('mixed_float16')\n"
+     "tf.data.experimental.AUTOTUNE\n",
+     []),
+    ("x = tf.keras.mixed_precision.experimental.Policy('float32')\n", []),
+    # iterations only matters next to TF 2.1-2.3's class.
+    ("import tensorflow as tf\nprint(opt.iterations)\n", []),
+    ("from tensorflow.keras.mixed_precision import experimental as mp\n"
+     "opt = mp.LossScaleOptimizer(opt, 'dynamic')\n"
+     "step = opt.iterations\n",
+     [(1, 1, "legacy-name"), (3, 8, "skipped-step-iterations")]),
+    # `self._optimizer` inside a class is the class's own business.
+    ("class A:\n    def f(self):\n        return self._optimizer\n", []),
+    ("pattern = 'kernel:0'; time = '10:00'; text = 'ratio 1:0'\n",
+     [(1, 11, "variable-name-suffix")]),
+    ("names = ['dense_1:0', 'w1:0', '%s:0' % name, r'.*/bias:0']\n",
+     [(1, 10, "variable-name-suffix"), (1, 23, "variable-name-suffix"),
+      (1, 31, "variable-name-suffix"), (1, 46, "variable-name-suffix")]),
+    ("from tensorflow.compat.v1.train.experimental import "
+     "enable_mixed_precision_graph_rewrite\n",
+     [(1, 1, "graph-rewrite")]),
+])
+def test_snippets(source, expected):
+    assert _found(migration_check.check_source(source)) == expected
+
+
+def test_unparsable_source_is_one_finding():
+    findings = migration_check.check_file(SNIPPETS / "py2_script.py")
+    assert _found(findings) == [(1, 1, "unparsable")]
+    assert "Missing parentheses" in findings[0].message
+    assert findings[0].severity == "error"
+
+
+def test_notebook_cells_share_imports_and_keep_their_lines():
+    findings = migration_check.check_file(SNIPPETS / "notebook.ipynb")
+    assert [(f.cell, f.line, f.column, f.rule) for f in findings] == [
+        (2, 2, 7, "legacy-name")]
+    assert findings[0].location().endswith("notebook.ipynb[cell 2]:2:7")
+    assert not findings[0].fixable  # --fix does not rewrite notebooks.
+
+
+def test_notebook_cell_magics_are_not_python(tmp_path):
+    notebook = {"cells": [
+        {"cell_type": "code", "source": "%%bash\necho tf.keras\n"},
+        {"cell_type": "code", "source": ["import tensorflow as tf\n",
+                                         "!ls\n", "x?\n", "tf.train."
+                                         "experimental.FixedLossScale(2)"]},
+    ]}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook))
+    findings = migration_check.check_file(path)
+    assert [(f.cell, f.line, f.rule) for f in findings] == [
+        (1, 4, "legacy-name")]
+
+
+def test_bad_files_are_findings_not_crashes(tmp_path):
+    (tmp_path / "bad.ipynb").write_text("{not json")
+    (tmp_path / "latin1.py").write_bytes(b"x = '\xe9'\n")
+    (tmp_path / "nul.py").write_bytes(b"x = 1\x00\n")
+    paths = [tmp_path / "bad.ipynb", tmp_path / "latin1.py",
+             tmp_path / "nul.py", tmp_path / "missing.py"]
+    for path in paths:
+        [finding] = migration_check.check_file(path)
+        assert finding.rule == "unparsable", path
+
+
+def test_directories_skip_hidden_dirs_caches_and_virtualenvs(tmp_path):
+    for name in ("a.py", "sub/b.ipynb", ".git/c.py", "__pycache__/d.py",
+                 "venv/e.py", "notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("")
+    found = migration_check.python_files([tmp_path])
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in found) == [
+        "a.py", "sub/b.ipynb"]
+
+
+def _write(tmp_path, source):
+    path = tmp_path / "old.py"
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def test_cli_text_report_and_exit_status(tmp_path, capsys):
+    path = _write(tmp_path, """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(o, 8)
+        print(opt.loss_scale())
+        """)
+    assert cli.main(["check", str(path)]) == 1  # An error (default).
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"{path}:2:7: error legacy-name: `tf.keras.mixed_precision."
+        "experimental.LossScaleOptimizer` no longer exists on TensorFlow "
+        "2.16+; use `tf_lso.experimental.LossScaleOptimizer`. See "
+        "docs/migration.md#old-call--new-call")
+    assert out[1].startswith(f"{path}:3:7: info loss-scale-call: ")
+    assert out[2] == ("1 file checked: 1 error(s), 0 warning(s), 1 info; "
+                      "1 fixable with --fix.")
+    assert cli.main(["check", str(path), "--fail-on", "never"]) == 0
+
+
+@pytest.mark.parametrize("fail_on, status", [
+    ("info", 1), ("warning", 1), ("error", 0), ("never", 0)])
+def test_cli_fail_on_threshold(tmp_path, fail_on, status):
+    path = _write(tmp_path, "x = 'dense/kernel:0'\n")  # A warning only.
+    assert cli.main(["check", str(path), "--fail-on", fail_on]) == status
+
+
+def test_cli_clean_code_passes_every_threshold(tmp_path, capsys):
+    path = _write(tmp_path, "import tf_lso\nopt = tf_lso.LossScaleOptimizer(o)\n")
+    assert cli.main(["check", str(path), "--fail-on", "info"]) == 0
+    assert capsys.readouterr().out == (
+        "1 file checked: 0 error(s), 0 warning(s), 0 info; "
+        "0 fixable with --fix.\n")
+
+
+def test_cli_json(capsys):
+    status = cli.main(["check", str(SNIPPETS), "--format", "json"])
+    assert status == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["files"] == 4
+    assert report["counts"] == {"info": 2, "warning": 8, "error": 11}
+    first = report["findings"][0]
+    assert first == {
+        "path": str(SNIPPETS / "notebook.ipynb"), "cell": 2, "line": 2,
+        "column": 7, "rule": "legacy-name", "severity": "error",
+        "fixable": False, "doc": "docs/migration.md#old-call--new-call",
+        "message": first["message"],
+    }
+    assert [f["rule"] for f in report["findings"]].count("unparsable") == 1
+
+
+def test_cli_usage_errors(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["check"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        cli.main(["check", "x.py", "--write"])
+    assert e.value.code == 2
+    assert "--write needs --fix" in capsys.readouterr().err

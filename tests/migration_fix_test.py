@@ -1,0 +1,176 @@
+"""Tests for tf_lso._src.migration_fix and `python -m tf_lso check --fix`."""
+
+import builtins
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tf_lso import __main__ as cli
+from tf_lso._src import migration_check
+from tf_lso._src import migration_fix
+
+SNIPPETS = pathlib.Path(__file__).parent / "migration_snippets"
+
+
+def _fix(source):
+    return migration_fix.fix_source(textwrap.dedent(source))
+
+
+def test_tf23_snippet_changes_only_the_legacy_names():
+    source = (SNIPPETS / "tf23_patterns.py").read_text()
+    expected = source.replace(
+        "from tensorflow.python.training.experimental.loss_scale import "
+        "FixedLossScale\n",
+        "from tf_lso.experimental import FixedLossScale\nimport tf_lso\n",
+    ).replace(
+        "mixed_precision.experimental.Policy(", "tf_lso.experimental.Policy(",
+    ).replace(
+        "mixed_precision.experimental.set_policy(",
+        "tf_lso.experimental.set_policy(",
+    ).replace(
+        "tf.keras.mixed_precision.experimental.LossScaleOptimizer(",
+        "tf_lso.experimental.LossScaleOptimizer(",
+    )
+    assert expected != source
+    fixed = migration_fix.fix_source(source)
+    assert fixed == expected
+    assert migration_fix.fix_source(fixed) == fixed  # Idempotent.
+    rules = [f.rule for f in migration_check.check_source(fixed)]
+    assert "legacy-name" not in rules
+    # What needs a person stays reported.
+    assert rules.count("graph-rewrite") == rules.count("run-v2") == 1
+
+
+@pytest.mark.parametrize("source, expected", [
+    # Comments and formatting around a rewritten name are kept.
+    ("""\
+     import tensorflow as tf  # TF 2.3
+     opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(  # wrap
+         inner,   'dynamic')
+     """, """\
+     import tensorflow as tf  # TF 2.3
+     import tf_lso
+     opt = tf_lso.experimental.LossScaleOptimizer(  # wrap
+         inner,   'dynamic')
+     """),
+    # A mixed import is split; the kept names keep their line.
+    ("""\
+     from tensorflow.keras.mixed_precision import (  # the TF 2.4 guide
+         LossScaleOptimizer, set_global_policy)
+     """, """\
+     from tensorflow.keras.mixed_precision import (  # the TF 2.4 guide
+         set_global_policy)
+     from tf_lso import LossScaleOptimizer
+     """),
+    ("""\
+     # header
+     from tensorflow.keras.mixed_precision.experimental import (
+         LossScaleOptimizer as LSO, Policy)
+     """, """\
+     # header
+     from tf_lso.experimental import LossScaleOptimizer as LSO, Policy
+     """),
+    ("import tensorflow.keras.mixed_precision.experimental as mp\n",
+     "import tf_lso.experimental as mp\n"),
+    ("import tensorflow as tf\nmp = tf.keras.mixed_precision.experimental\n",
+     "import tensorflow as tf\nimport tf_lso\nmp = tf_lso.experimental\n"),
+    # `import tf_lso` is not added twice, and goes after a docstring and
+    # __future__ imports.
+    ("import tf_lso\nimport tensorflow as tf\n"
+     "tf.train.experimental.DynamicLossScale()\n",
+     "import tf_lso\nimport tensorflow as tf\n"
+     "tf_lso.experimental.DynamicLossScale()\n"),
+    ('"""Doc."""\nfrom __future__ import annotations\nimport tensorflow as tf\n'
+     "x = tf.keras.mixed_precision.LossScaleOptimizer(o, dynamic=False)\n",
+     '"""Doc."""\nfrom __future__ import annotations\nimport tensorflow as tf\n'
+     "import tf_lso\n"
+     "x = tf_lso.LossScaleOptimizer(o, dynamic=False)\n"),
+    # Nothing else changes: Keras 3 names, unrelated `experimental`s.
+    ("import tensorflow as tf\n"
+     "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "from tensorflow.keras.mixed_precision import Policy\n"
+     "tf.data.experimental.AUTOTUNE\n", None),
+])
+def test_rewrites(source, expected):
+    source = textwrap.dedent(source)
+    expected = source if expected is None else textwrap.dedent(expected)
+    assert migration_fix.fix_source(source) == expected
+
+
+def test_unparsable_source_is_a_syntax_error():
+    with pytest.raises(SyntaxError):
+        migration_fix.fix_source("print 'py2'\n")
+
+
+def test_cli_previews_by_default_and_writes_with_write(tmp_path, capsys):
+    old = tmp_path / "old.py"
+    source = ("import tensorflow as tf\n"
+              "s = tf.mixed_precision.experimental.FixedLossScale(8)\n")
+    old.write_text(source)
+    (tmp_path / "bad.py").write_text("print 'py2'\n")
+    (tmp_path / "n.ipynb").write_text("{}")
+    assert cli.main(["check", "--fix", str(tmp_path)]) == 1  # bad.py
+    out, err = capsys.readouterr()
+    assert old.read_text() == source
+    assert out == (
+        f"--- {old}\n+++ {old}\n@@ -1,2 +1,3 @@\n import tensorflow as tf\n"
+        "-s = tf.mixed_precision.experimental.FixedLossScale(8)\n"
+        "+import tf_lso\n+s = tf_lso.experimental.FixedLossScale(8)\n")
+    assert f"{tmp_path / 'bad.py'}: skipped: Syntax Error" in err
+    assert f"{tmp_path / 'n.ipynb'}: skipped: notebooks are checked" in err
+    assert "would rewrite 1 file(s) (apply with --write)" in err
+
+    (tmp_path / "bad.py").unlink()
+    assert cli.main(["check", "--fix", "--write", str(tmp_path)]) == 0
+    assert old.read_text() == migration_fix.fix_source(source)
+    assert "rewrote 1 file(s)" in capsys.readouterr().err
+    assert cli.main(["check", str(old), "--fail-on", "info"]) == 0
+
+
+def test_fix_without_libcst_says_what_to_install(monkeypatch, tmp_path,
+                                                 capsys):
+    real_import = builtins.__import__
+
+    def no_libcst(name, *args, **kwargs):
+        if name == "libcst":
+            raise ImportError("No module named 'libcst'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_libcst)
+    with pytest.raises(ImportError, match=r"pip install 'tf_lso\[migrate\]'"):
+        migration_fix.fix_source("x = 1\n")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    assert cli.main(["check", "--fix", str(tmp_path)]) == 2
+    assert "tf_lso[migrate]" in capsys.readouterr().err
+    # The check itself needs no extra.
+    assert cli.main(["check", str(tmp_path)]) == 0
+
+
+def _results(args, cwd):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    done = subprocess.run([sys.executable] + args, capture_output=True,
+                          text=True, timeout=240, env=env, cwd=cwd)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines()
+            if line.startswith("result")]
+
+
+def test_fixed_tf24_script_runs_as_the_original_does_under_run(tmp_path):
+    original = SNIPPETS / "tf24_custom_loop.py"
+    fixed = tmp_path / original.name
+    fixed.write_text(original.read_text())
+    assert cli.main(["check", "--fix", "--write", str(fixed)]) == 0
+    assert fixed.read_text() != original.read_text()
+    via_run = _results(["-m", "tf_lso", "run", str(original), "30"], tmp_path)
+    assert _results([str(fixed), "30"], tmp_path) == via_run
+    values = dict(line.split(" ", 2)[1:] for line in via_run)
+    # Overflows at steps 9, 19 and 29, each after a growth at a fifth step:
+    # the scale ends where it started, and skipped steps count.
+    assert values["loss_scale"] == "16384.0"
+    assert values["iterations"] == "30"
+    assert "nan" not in values["weights"]

@@ -1,0 +1,1 @@
+print "a Python 2 file, which check reports and skips"

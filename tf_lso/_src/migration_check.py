@@ -1,0 +1,411 @@
+"""`python -m tf_lso check`: find legacy mixed-precision code, file by file.
+
+Standard library only (`ast`, `json`), so it needs no optional extra. Each
+finding names a rule of `migration_rules.RULES`, with its severity and the
+section of docs/migration.md that explains it.
+"""
+
+import ast
+import dataclasses
+import json
+import os
+import pathlib
+import re
+
+from tf_lso._src import migration_rules as rules
+
+_OPTIMIZER_V2_HOOKS = frozenset({
+    "_resource_apply_dense", "_resource_apply_sparse", "_create_slots",
+    "_prepare_local", "_set_hyper", "_get_hyper",
+    "_resource_apply_sparse_duplicate_indices",
+})
+# `kernel:0`, `dense_1/kernel:0`, `w1:0`, `%s:0`, `.*:0`; not `ratio 1:0`.
+_VARIABLE_SUFFIX = re.compile(r"(?:[A-Za-z_/*.)\]]|[A-Za-z_]\d+):0(?!\d)")
+_GRAPH_REWRITE = "enable_mixed_precision_graph_rewrite"
+_EXPERIMENTAL_LSO = "tf.keras.mixed_precision.experimental.LossScaleOptimizer"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One thing `check` reports.
+
+    Attributes:
+        path: The file, as given or found under a given directory.
+        line: 1-based line (in the cell, for notebooks).
+        column: 1-based column.
+        rule: The rule id (`migration_rules.RULES`).
+        message: What was found and what to do.
+        cell: The notebook cell index (0-based), or None for a .py file.
+        fixable: Whether `--fix` rewrites it.
+    """
+
+    path: str
+    line: int
+    column: int
+    rule: str
+    message: str
+    cell: int = None
+    fixable: bool = False
+
+    @property
+    def severity(self):
+        return rules.RULES[self.rule].severity
+
+    @property
+    def doc(self):
+        return rules.doc_link(self.rule)
+
+    def location(self):
+        cell = "" if self.cell is None else f"[cell {self.cell}]"
+        return f"{self.path}{cell}:{self.line}:{self.column}"
+
+    def to_json(self):
+        return {**dataclasses.asdict(self), "severity": self.severity,
+                "doc": self.doc}
+
+
+def imported_names(tree):
+    """Local name -> canonical dotted name, for every import in `tree`."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = rules.canonical(alias.name)
+                else:
+                    top = alias.name.split(".")[0]
+                    names[top] = rules.canonical(top)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            module = rules.canonical(node.module)
+            for alias in node.names:
+                if alias.name != "*":
+                    names[alias.asname or alias.name] = f"{module}.{alias.name}"
+    return names
+
+
+def dotted(node, names):
+    """The canonical dotted name an expression spells, and its base's, or None.
+
+    `tf.keras.mixed_precision.experimental.Policy` with `tf` imported gives
+    `("tf.keras.mixed_precision.experimental.Policy", "tf")`.
+    """
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in names:
+        return None
+    base = names[node.id]
+    return ".".join([base] + parts[::-1]), base
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, names, report):
+        self.names = dict(names)
+        self.report = report
+        self.uses_experimental_lso = False
+        self.iterations = []
+
+    def _legacy(self, node):
+        """Reports `node` if it spells a legacy name; True if it did."""
+        found = dotted(node, self.names)
+        if found is None:
+            return False
+        name, base = found
+        new = rules.replacement(name)
+        if name == _EXPERIMENTAL_LSO:
+            self.uses_experimental_lso = True
+        if new is None or rules.is_legacy(base):
+            return False  # Reported where the legacy base was imported.
+        self.report(node, "legacy-name", _legacy_message(name, new),
+                    fixable=True)
+        return True
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            self._import(node, rules.canonical(alias.name))
+
+    def visit_ImportFrom(self, node):
+        if not node.module or node.level:
+            return
+        module = rules.canonical(node.module)
+        if rules.is_legacy(module) or module in rules.LEGACY_MODULES:
+            self._import(node, module)
+            return
+        for alias in node.names:
+            self._import(node, f"{module}.{alias.name}")
+
+    def _import(self, node, name):
+        new = rules.replacement(name)
+        if new is None and rules.is_legacy(name):
+            module = next(m for m in rules.LEGACY_MODULES
+                          if name.startswith(m + "."))
+            new = rules.LEGACY_MODULES[module] + name[len(module):]
+        if new is not None:
+            self.report(node, "legacy-name", _legacy_message(name, new),
+                        fixable=True)
+        elif name.endswith("." + _GRAPH_REWRITE):
+            self._graph_rewrite(node)
+
+    def visit_Assign(self, node):
+        found = dotted(node.value, self.names)
+        if found and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name):
+            # `mp = tf.keras.mixed_precision.experimental`: later `mp.X`
+            # is reported here, not at each use.
+            self.names[node.targets[0].id] = found[0]
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node):
+        if self._legacy(node):
+            return
+        found = dotted(node, self.names)
+        if node.attr == _GRAPH_REWRITE:
+            self._graph_rewrite(node)
+        elif node.attr == "experimental_run_v2":
+            self.report(node, "run-v2", "`experimental_run_v2` was removed; "
+                        "call `strategy.run(fn, args=...)`.")
+        elif node.attr == "_decayed_lr":
+            self.report(node, "decayed-lr", "`_decayed_lr` is gone with "
+                        "OptimizerV2; read the current value from "
+                        "`opt.learning_rate`.")
+        elif node.attr in ("_optimizer", "_loss_scale") and not (
+                isinstance(node.value, ast.Name) and node.value.id == "self"):
+            public = {"_optimizer": "inner_optimizer",
+                      "_loss_scale": "loss_scale"}[node.attr]
+            self.report(node, "private-attribute", f"`{node.attr}` is a "
+                        "private attribute of TF's LossScaleOptimizer; use "
+                        f"the public `{public}`.")
+        elif (node.attr == "name" and isinstance(node.value, ast.Attribute)
+              and node.value.attr == "dtype" and found is None):
+            self.report(node, "dtype-name", "On Keras 3 a Keras tensor's "
+                        "`dtype` is a string ('float16'), so `.dtype.name` "
+                        "raises AttributeError; use `tf.as_dtype(x.dtype)."
+                        "name` (works for both).")
+        elif node.attr == "iterations" and isinstance(node.ctx, ast.Load):
+            self.iterations.append(node)
+        self.generic_visit(node)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load):
+            self._legacy(node)
+
+    def _graph_rewrite(self, node):
+        self.report(node, "graph-rewrite", "tf_lso does not provide "
+                    f"`{_GRAPH_REWRITE}` (a graph rewrite for TF1-style "
+                    "optimizers): set `tf.keras.mixed_precision."
+                    "set_global_policy('mixed_float16')` and wrap the "
+                    "optimizer in `tf_lso.LossScaleOptimizer`.")
+
+    def visit_Call(self, node):
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            self._method_call(node, func.attr)
+        found = dotted(func, self.names)
+        if found and found[0].endswith("mixed_precision.experimental.Policy"):
+            if len(node.args) > 1 or any(k.arg == "loss_scale"
+                                         for k in node.keywords):
+                self.report(node, "policy-loss-scale", "A policy with a loss "
+                            "scale: `tf_lso.experimental.Policy` keeps it and "
+                            "`model.compile` wraps the optimizer, as in TF "
+                            "2.1-2.3; Keras 3's policies have no loss scale.")
+        for keyword in node.keywords:
+            if keyword.arg == "experimental_aggregate_gradients":
+                self.report(keyword.value, "aggregate-gradients",
+                            "Keras 3 optimizers raise a TypeError on "
+                            "`experimental_aggregate_gradients`; tf_lso's "
+                            "LossScaleOptimizer accepts it (a bare inner "
+                            "optimizer does not).")
+        self.generic_visit(node)
+
+    def _method_call(self, node, method):
+        if method == "loss_scale" and not node.args and not node.keywords:
+            self.report(node, "loss-scale-call", "`opt.loss_scale()` (TF "
+                        "2.1-2.3) works on tf_lso; `opt.loss_scale` is also "
+                        "usable as a tensor (TF 2.4).")
+        elif method in ("learning_rate", "lr") and len(node.args) == 1:
+            self.report(node, "schedule-call", f"`opt.{method}(step)`: a "
+                        "Keras 3 optimizer's learning rate is a value, not "
+                        "the schedule (\"object is not callable\"); tf_lso's "
+                        "optimizers keep it callable. On a bare optimizer "
+                        "call the schedule itself.")
+        elif method == "get_gradients":
+            self.report(node, "get-gradients", "`get_gradients` works only "
+                        "in graph mode (tf.compat.v1), as in TF 2.x; in "
+                        "eager code use `tf.GradientTape`. Keras 3 optimizers "
+                        "do not have it.")
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and _VARIABLE_SUFFIX.search(node.value):
+            self.report(node, "variable-name-suffix", "Keras 3 variable names "
+                        "have no ':0' (`v.name == 'kernel'`, `v.path == "
+                        "'dense/kernel'`); a pattern with ':0' matches "
+                        "nothing. Match `v.path`.")
+
+    def visit_ClassDef(self, node):
+        bases = [dotted(base, self.names) for base in node.bases]
+        defined = {
+            item.name for item in node.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        hooks = _OPTIMIZER_V2_HOOKS & (defined | _called_self_methods(node))
+        if hooks and any(b and b[0].startswith("tf.keras.optimizers.")
+                         for b in bases):
+            self.report(node, "optimizer-v2-subclass", "This optimizer uses "
+                        f"OptimizerV2 hooks ({', '.join(sorted(hooks))}) "
+                        "that Keras 3 optimizers never call: subclass "
+                        "`tf_keras.optimizers.legacy.Optimizer` (custom loops "
+                        "with tf_keras or tf.Variables) or port it to Keras "
+                        "3's `build`/`update_step`.")
+        self.generic_visit(node)
+
+
+def _called_self_methods(node):
+    return {
+        sub.func.attr for sub in ast.walk(node)
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+        and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "self"
+    }
+
+
+def _legacy_message(name, new):
+    if name == "tf.keras.mixed_precision.LossScaleOptimizer":
+        return ("On TensorFlow 2.16+ `tf.keras.mixed_precision."
+                "LossScaleOptimizer` is Keras 3's class (no `dynamic`, no "
+                "`get_scaled_loss`); TF 2.4's is `tf_lso.LossScaleOptimizer`.")
+    return f"`{name}` no longer exists on TensorFlow 2.16+; use `{new}`."
+
+
+def check_source(source, path="<string>", cell=None):
+    """Findings in Python source text, sorted by position.
+
+    Args:
+        source: The code.
+        path: Reported as the findings' path.
+        cell: The notebook cell index, if any.
+
+    Returns:
+        A list of `Finding`s. A syntax error gives one `unparsable` finding.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as e:
+        line = getattr(e, "lineno", None) or 1
+        return [Finding(path, line, (getattr(e, "offset", None) or 1),
+                        "unparsable", f"Not parsed, skipped: {e}.", cell)]
+    found = []
+
+    def report(node, rule, message, fixable=False):
+        found.append(Finding(path, node.lineno, node.col_offset + 1, rule,
+                             message, cell, fixable))
+
+    visitor = _Visitor(imported_names(tree), report)
+    visitor.visit(tree)
+    if visitor.uses_experimental_lso:
+        for node in visitor.iterations:
+            report(node, "skipped-step-iterations", "TF 2.2/2.3's experimental "
+                   "LossScaleOptimizer did not advance `iterations` on skipped "
+                   "steps; TF 2.4 and tf_lso do. Step counts, schedules and "
+                   "logs keyed on it include skipped steps now.")
+    return sorted(set(found), key=lambda f: (f.line, f.column, f.rule))
+
+
+def notebook_cells(text):
+    """The code cells of a notebook as sources, magics blanked (same lines)."""
+    cells = []
+    for index, cell in enumerate(json.loads(text).get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        lines = source.split("\n")
+        if lines[0].startswith("%%"):  # A cell magic: not Python.
+            lines = [""] * len(lines)
+        # Line magics, shell escapes and `name?` help.
+        lines = ["" if line.lstrip().startswith(("%", "!", "?"))
+                 or line.rstrip().endswith("?") else line for line in lines]
+        cells.append((index, "\n".join(lines)))
+    return cells
+
+
+def _check_notebook(cells, path):
+    """Checks the cells as one program (a cell sees earlier imports)."""
+    starts, lines = [], []
+    for index, source in cells:
+        starts.append((len(lines), index))
+        lines.extend(source.split("\n"))
+    findings = []
+    for finding in check_source("\n".join(lines), path):
+        first, cell = max(s for s in starts if s[0] < finding.line)
+        # Checked, not rewritten: `--fix` leaves notebooks alone.
+        findings.append(dataclasses.replace(
+            finding, line=finding.line - first, cell=cell, fixable=False))
+    return findings
+
+
+def check_file(path):
+    """Findings in one .py or .ipynb file; unreadable files are a finding."""
+    path = pathlib.Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".ipynb":
+            return _check_notebook(notebook_cells(text), str(path))
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        return [Finding(str(path), 1, 1, "unparsable",
+                        f"Not read, skipped: {e}.")]
+    return check_source(text, str(path))
+
+
+def python_files(paths):
+    """The .py and .ipynb files under `paths` (files given are kept as is).
+
+    Hidden directories, `__pycache__` and virtualenvs are not entered.
+    """
+    for path in map(pathlib.Path, paths):
+        if not path.is_dir():
+            yield path
+            continue
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(
+                d for d in dirs
+                if not d.startswith(".") and d != "__pycache__"
+                and not (pathlib.Path(root, d, "pyvenv.cfg")).exists()
+            )
+            for name in sorted(files):
+                if name.endswith((".py", ".ipynb")):
+                    yield pathlib.Path(root, name)
+
+
+def format_text(findings, files):
+    """Human-readable report: one line a finding, then a summary."""
+    lines = [
+        f"{f.location()}: {f.severity} {f.rule}: {f.message} See {f.doc}"
+        for f in findings
+    ]
+    counts = {s: sum(f.severity == s for f in findings)
+              for s in rules.SEVERITIES}
+    fixable = sum(f.fixable for f in findings)
+    lines.append(
+        f"{files} file{'s' * (files != 1)} checked: {counts['error']} "
+        f"error(s), {counts['warning']} warning(s), {counts['info']} info; "
+        f"{fixable} fixable with --fix."
+    )
+    return "\n".join(lines)
+
+
+def format_json(findings, files):
+    """The report as JSON (for CI)."""
+    return json.dumps({
+        "files": files,
+        "findings": [f.to_json() for f in findings],
+        "counts": {s: sum(f.severity == s for f in findings)
+                   for s in rules.SEVERITIES},
+    }, indent=2)
+
+
+def fails(findings, threshold):
+    """Whether any finding is at or above severity `threshold` ('never': no)."""
+    if threshold == "never":
+        return False
+    level = rules.SEVERITIES.index(threshold)
+    return any(rules.SEVERITIES.index(f.severity) >= level for f in findings)
