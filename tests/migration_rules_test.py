@@ -21,7 +21,8 @@ def test_every_rule_links_to_a_section_of_the_migration_guide():
     for rule in rules.RULES.values():
         assert rules.anchor(rule.section) in anchors, rule
         assert rule.severity in rules.SEVERITIES
-        assert f"`{rule.id}`" in MIGRATION.read_text(), rule.id
+        row = f"| `{rule.id}` | {rule.severity} | {rule.summary} |"
+        assert row in MIGRATION.read_text(), rule.id
 
 
 def test_every_replacement_exists_in_tf_lso():

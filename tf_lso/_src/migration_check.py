@@ -220,9 +220,11 @@ class _Visitor(ast.NodeVisitor):
 
     def _method_call(self, node, method):
         if method == "loss_scale" and not node.args and not node.keywords:
-            self.report(node, "loss-scale-call", "`opt.loss_scale()` (TF "
-                        "2.1-2.3) works on tf_lso; `opt.loss_scale` is also "
-                        "usable as a tensor (TF 2.4).")
+            self.report(node, "loss-scale-call", "`opt.loss_scale()` works "
+                        "on `tf_lso.experimental.LossScaleOptimizer` (TF "
+                        "2.1-2.3's class: a LossScale object, also usable as "
+                        "a tensor); on `tf_lso.LossScaleOptimizer` (TF 2.4's) "
+                        "`opt.loss_scale` is a tensor, as in TF 2.4.")
         elif method in ("learning_rate", "lr") and len(node.args) == 1:
             self.report(node, "schedule-call", f"`opt.{method}(step)`: a "
                         "Keras 3 optimizer's learning rate is a value, not "
@@ -374,38 +376,3 @@ def python_files(paths):
             for name in sorted(files):
                 if name.endswith((".py", ".ipynb")):
                     yield pathlib.Path(root, name)
-
-
-def format_text(findings, files):
-    """Human-readable report: one line a finding, then a summary."""
-    lines = [
-        f"{f.location()}: {f.severity} {f.rule}: {f.message} See {f.doc}"
-        for f in findings
-    ]
-    counts = {s: sum(f.severity == s for f in findings)
-              for s in rules.SEVERITIES}
-    fixable = sum(f.fixable for f in findings)
-    lines.append(
-        f"{files} file{'s' * (files != 1)} checked: {counts['error']} "
-        f"error(s), {counts['warning']} warning(s), {counts['info']} info; "
-        f"{fixable} fixable with --fix."
-    )
-    return "\n".join(lines)
-
-
-def format_json(findings, files):
-    """The report as JSON (for CI)."""
-    return json.dumps({
-        "files": files,
-        "findings": [f.to_json() for f in findings],
-        "counts": {s: sum(f.severity == s for f in findings)
-                   for s in rules.SEVERITIES},
-    }, indent=2)
-
-
-def fails(findings, threshold):
-    """Whether any finding is at or above severity `threshold` ('never': no)."""
-    if threshold == "never":
-        return False
-    level = rules.SEVERITIES.index(threshold)
-    return any(rules.SEVERITIES.index(f.severity) >= level for f in findings)

@@ -121,8 +121,8 @@ RULES = {rule.id: rule for rule in (
          "`Policy(name, loss_scale=...)`: kept by `tf_lso.experimental."
          "Policy` (Keras 3's policies have no loss scale)"),
     Rule("loss-scale-call", "info", _DIFFERENCES,
-         "`opt.loss_scale()`: works on tf_lso, where `opt.loss_scale` is "
-         "also usable as a tensor (TF 2.4 style)"),
+         "`opt.loss_scale()`: TF 2.1-2.3's call, which the experimental "
+         "class keeps (TF 2.4's class has a tensor there)"),
     Rule("unparsable", "error", "Checking a code base",
          "a file that could not be read or parsed as Python 3; it was "
          "skipped"),
