@@ -18,8 +18,8 @@ from tf_lso._src import policy
 from tf_lso._src import serialization
 
 PUBLIC = {
-    "tf_lso": {"LossScaleOptimizer", "callbacks", "experimental", "install",
-               "uninstall"},
+    "tf_lso": {"LossScaleOptimizer", "Overflow", "callbacks", "experimental",
+               "install", "uninstall"},
     "tf_lso.callbacks": {"LossScaleMonitor"},
     "tf_lso.experimental": {
         "DynamicLossScale", "FixedLossScale", "LossScale",

@@ -1,6 +1,10 @@
 """`tf_lso.callbacks.LossScaleMonitor`: the loss scale in Keras training logs."""
 
+import warnings
+
 import keras
+
+from tf_lso._src import training_health
 
 
 class LossScaleMonitor(keras.callbacks.Callback):
@@ -12,15 +16,27 @@ class LossScaleMonitor(keras.callbacks.Callback):
     so they appear in `History.history` and in every callback after it, e.g.
     `keras.callbacks.TensorBoard` (as `epoch_loss_scale`). Put it *before*
     the TensorBoard callback in the list. Reading the values is one host
-    sync per epoch (or per N batches), never one per step.
+    sync per epoch (or per N batches), never one per step. It also logs
+    `last_overflow_count`: how many gradients were not finite at the last
+    skipped step (0 before the first); `optimizer.last_overflow` names their
+    variables.
+
+    It warns once (UserWarning) when steps are still being skipped with the
+    loss scale at its floor of 1: lowering the scale cannot help then.
 
     Args:
         update_freq: `"epoch"` (default), or an int N to also log every N
             training batches.
+        max_consecutive_skips: None (default), or an int K >= 1: after more
+            than K steps in a row were skipped, training stops
+            (`model.stop_training`) at the end of that batch, with a message
+            naming the variables whose gradients were not finite (also kept
+            in `stop_reason`). Reads two scalars after every batch.
 
     Raises:
-        ValueError: For an invalid `update_freq`, or at the start of training
-            if the model's optimizer is not a tf_lso optimizer.
+        ValueError: For an invalid `update_freq` or `max_consecutive_skips`,
+            or at the start of training if the model's optimizer is not a
+            tf_lso optimizer.
 
     >>> model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     >>> model.compile(tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
@@ -31,7 +47,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
     ([32768.0], [0])
     """
 
-    def __init__(self, update_freq="epoch"):
+    def __init__(self, update_freq="epoch", max_consecutive_skips=None):
         super().__init__()
         if update_freq != "epoch" and (
             isinstance(update_freq, bool)
@@ -43,6 +59,12 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 f"{update_freq!r}."
             )
         self.update_freq = update_freq
+        # Validated as the optimizer's own argument is.
+        self.max_consecutive_skips = training_health.OverflowRecord(
+            max_consecutive_skips).max_consecutive_skips
+        self.stop_reason = None
+        self._warned_floor = False
+        self._skipped_at_last_log = 0
 
     def on_train_begin(self, logs=None):
         """Checks that the model's optimizer is a tf_lso optimizer."""
@@ -56,16 +78,53 @@ class LossScaleMonitor(keras.callbacks.Callback):
             )
 
     def _log(self, logs):
+        optimizer = self.model.optimizer
+        scale = float(optimizer.loss_scale)
+        skipped = int(optimizer.skipped_steps)
+        if (optimizer.dynamic and scale <= 1.0 and not self._warned_floor
+                and skipped > self._skipped_at_last_log):
+            self._warned_floor = True
+            warnings.warn(
+                "The loss scale is at its floor of 1 and steps are still "
+                "skipped for non-finite gradients: the gradients overflow "
+                "without any scaling, so lowering the scale cannot help. "
+                f"Last overflow: {optimizer.last_overflow}. "
+                + training_health.REMEDIES,
+                stacklevel=2,
+            )
+        self._skipped_at_last_log = skipped
         if logs is None:
             return
-        optimizer = self.model.optimizer
-        logs["loss_scale"] = float(optimizer.loss_scale)
-        logs["skipped_steps"] = int(optimizer.skipped_steps)
+        logs["loss_scale"] = scale
+        logs["skipped_steps"] = skipped
+        logs["last_overflow_count"] = int(optimizer._overflow.count.numpy())
 
     def on_train_batch_end(self, batch, logs=None):
-        """Logs every `update_freq` batches when it is an int."""
+        """Logs every `update_freq` batches; checks for a stuck run."""
         if self.update_freq != "epoch" and (batch + 1) % self.update_freq == 0:
             self._log(logs)
+        if self.max_consecutive_skips is not None:
+            self._check_stuck()
+
+    def _check_stuck(self):
+        optimizer = self.model.optimizer
+        record = optimizer._overflow
+        consecutive = int(record.consecutive.numpy())
+        if consecutive <= self.max_consecutive_skips:
+            return
+        # Still the current run of skips: nothing since the last one.
+        if int(record.step.numpy()) + 1 < int(optimizer.iterations.numpy()):
+            return
+        overflow = optimizer.last_overflow
+        self.stop_reason = (
+            f"Stopping training: {consecutive} steps in a row were skipped "
+            "for non-finite gradients (more than max_consecutive_skips="
+            f"{self.max_consecutive_skips}). At step {overflow.step}, "
+            f"{overflow.count} gradient(s) were not finite, for: "
+            f"{', '.join(overflow.variables)}. {training_health.REMEDIES}"
+        )
+        print(self.stop_reason)
+        self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
         """Adds `loss_scale` and `skipped_steps` to the epoch's logs."""

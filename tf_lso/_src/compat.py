@@ -74,6 +74,23 @@ def is_variable(value):
     return callable(getattr(value, "assign", None))
 
 
+def in_xla_context():
+    """Whether the graph being built is compiled by XLA (`jit_compile=True`).
+
+    Private: `tensorflow.python.ops.control_flow_util.
+    GraphOrParentsInXlaContext` (TF 2.16 to 2.21; `tf.function(jit_compile=
+    True)` traces inside an XLA control flow context). XLA drops
+    `tf.debugging.Assert` and cannot compile string ops, so tf_lso leaves out
+    the assertions that name variables there.
+    """
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(
+        tf.compat.v1.get_default_graph()
+    )
+
+
 def tf_keras_module():
     """Returns the `tf_keras` module if it is already imported, else None.
 

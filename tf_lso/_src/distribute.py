@@ -82,8 +82,23 @@ def create_variables(fn, *args):
     return fn(*args)
 
 
-def cond_on_all_replicas(pred, true_fn, false_fn, args):
-    """Runs `true_fn(*args)` on every replica if `pred`, else `false_fn()`.
+def sum_over_replicas(fn, *args):
+    """`fn(*args)` summed over replicas in a cross-replica context.
+
+    Elsewhere (no strategy, or a replica context) just `fn(*args)`. In a
+    cross-replica context `args` hold per-replica values, as `false_fn`'s
+    arguments in `cond_on_all_replicas` do.
+    """
+    if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
+        strategy = tf.distribute.get_strategy()
+        per_replica = strategy.extended.call_for_each_replica(fn, args=args)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica,
+                               axis=None)
+    return fn(*args)
+
+
+def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
+    """Runs `true_fn(*args)` on every replica if `pred`, else `false_fn`.
 
     `pred` must have the same value on every replica (`gradients.all_finite`
     guarantees that), so every replica issues the same collectives. A Python
@@ -92,30 +107,33 @@ def cond_on_all_replicas(pred, true_fn, false_fn, args):
     Under a strategy, the cond is built in a cross-replica context (via
     `merge_call`), because a branch that calls `merge_call` itself (as an
     optimizer's `apply_gradients` does) is not allowed inside a cond in a
-    replica context. `false_fn` then runs once, in the cross-replica context.
+    replica context. `false_fn(*false_args)` then runs once, in the
+    cross-replica context, with per-replica `false_args` (see
+    `sum_over_replicas`).
     """
     if isinstance(pred, bool):
         if pred:
             true_fn(*args)
         else:
-            false_fn()
+            false_fn(*false_args)
         return
     if not tf.distribute.has_strategy():
-        tf.cond(pred, lambda: _none(true_fn(*args)), lambda: _none(false_fn()))
+        tf.cond(pred, lambda: _none(true_fn(*args)),
+                lambda: _none(false_fn(*false_args)))
         return
+    split = len(args)
 
-    def merge_fn(strategy, pred, *args):
+    def merge_fn(strategy, pred, *all_args):
         pred = strategy.experimental_local_results(pred)[0]
         tf.cond(
             pred,
-            lambda: _none(
-                strategy.extended.call_for_each_replica(true_fn, args=args)
-            ),
-            lambda: _none(false_fn()),
+            lambda: _none(strategy.extended.call_for_each_replica(
+                true_fn, args=all_args[:split])),
+            lambda: _none(false_fn(*all_args[split:])),
         )
 
     tf.distribute.get_replica_context().merge_call(
-        merge_fn, args=(pred,) + tuple(args)
+        merge_fn, args=(pred,) + tuple(args) + tuple(false_args)
     )
 
 

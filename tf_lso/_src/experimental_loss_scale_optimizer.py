@@ -67,6 +67,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             other `LossScale` subclass instance, a dict from `serialize`, or
             one of TensorFlow's deprecated `tf.compat.v1.mixed_precision` loss
             scales (converted).
+        max_consecutive_skips: See `tf_lso.LossScaleOptimizer`.
 
     Raises:
         TypeError: If `optimizer` is not a supported optimizer.
@@ -81,10 +82,11 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
     32768.0
     """
 
-    def __init__(self, optimizer, loss_scale):
+    def __init__(self, optimizer, loss_scale, *, max_consecutive_skips=None):
         adapter = inner_lib.adapter_for(optimizer, "optimizer")
         distribute.check_strategy_supported()
-        self._init_wrapper(optimizer, adapter, _to_loss_scale(loss_scale))
+        self._init_wrapper(optimizer, adapter, _to_loss_scale(loss_scale),
+                           max_consecutive_skips)
 
     @property
     def loss_scale(self):
@@ -103,6 +105,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             return {
                 "optimizer": self._inner.serialize(self._optimizer),
                 "loss_scale": serialization.serialize(self._loss_scale),
+                **optimizer_config.health_config(self.max_consecutive_skips),
             }
         return super().get_config()
 
@@ -140,4 +143,6 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             inner_config = config["inner_optimizer"]
         optimizer = inner_lib.deserialize(inner_config, custom_objects)
         # Keywords, so that subclasses forwarding **kwargs round-trip.
-        return cls(optimizer=optimizer, loss_scale=loss_scale)
+        health = {k: config[k] for k in optimizer_config.HEALTH_KEYS
+                  if k in config}
+        return cls(optimizer=optimizer, loss_scale=loss_scale, **health)

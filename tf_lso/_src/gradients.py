@@ -38,6 +38,19 @@ def local_nonfinite(grads):
     return 1.0 - tf.cast(all_finite, tf.float32)
 
 
+def nonfinite_per_gradient(grads):
+    """An int32 vector: 1 where a gradient has an Inf or NaN, else 0.
+
+    One entry per element of the list `grads`; `None` entries are 0.
+    """
+    flags = [
+        tf.constant(0, tf.int32) if g is None else 1 - tf.cast(
+            tf.reduce_all(tf.math.is_finite(_dense_values(g))), tf.int32)
+        for g in grads
+    ]
+    return tf.stack(flags) if flags else tf.zeros([0], tf.int32)
+
+
 def all_finite(grads):
     """Returns a bool scalar tensor: True iff every replica's grads are finite.
 

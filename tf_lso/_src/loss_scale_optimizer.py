@@ -10,6 +10,7 @@ from tf_lso._src import inner_forwarding
 from tf_lso._src import inner_optimizer as inner_lib
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import optimizer_config
+from tf_lso._src import training_health
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
@@ -43,6 +44,10 @@ class LossScaleOptimizer(
             integer of at least 1 (integral floats such as 2.0 are accepted,
             as in TF 2.4). Defaults to 2000; must be None when `dynamic` is
             False.
+        max_consecutive_skips: None (default), or an int K >= 1: the
+            (K+1)-th step in a row skipped for non-finite gradients raises
+            an error naming the variables whose gradients were not finite
+            (a tf_lso addition; see `last_overflow`).
 
     Raises:
         TypeError: If `inner_optimizer` is not a supported optimizer or is a
@@ -69,6 +74,8 @@ class LossScaleOptimizer(
         dynamic=True,
         initial_scale=None,
         dynamic_growth_steps=None,
+        *,
+        max_consecutive_skips=None,
     ):
         adapter = inner_lib.adapter_for(inner_optimizer, "inner_optimizer")
         optimizer_config.check_dynamic(dynamic)  # Before the strategy check.
@@ -76,9 +83,11 @@ class LossScaleOptimizer(
         loss_scale = optimizer_config.loss_scale_from_settings(
             dynamic, initial_scale, dynamic_growth_steps
         )
-        self._init_wrapper(inner_optimizer, adapter, loss_scale)
+        self._init_wrapper(inner_optimizer, adapter, loss_scale,
+                           max_consecutive_skips)
 
-    def _init_wrapper(self, inner_optimizer, adapter, loss_scale):
+    def _init_wrapper(self, inner_optimizer, adapter, loss_scale,
+                      max_consecutive_skips):
         if getattr(inner_optimizer, "loss_scale_factor", None) is not None:
             raise ValueError(
                 "The inner optimizer already scales the loss: it has "
@@ -97,6 +106,8 @@ class LossScaleOptimizer(
         self._skipped_steps = loss_scale_lib.state_variable(
             0, tf.int64, "skipped_steps"
         )
+        # Not checkpointed either (see OptimizerCheckpointing).
+        self._overflow = training_health.OverflowRecord(max_consecutive_skips)
         self._init_checkpointing()
         self._wrapper_ready = True
 
@@ -129,6 +140,31 @@ class LossScaleOptimizer(
         addition: neither TF nor Keras 3 report skipped steps.
         """
         return self._skipped_steps
+
+    @property
+    def last_overflow(self):
+        """The last step skipped for non-finite gradients, or None. Eager only.
+
+        A `tf_lso.Overflow(step, count, variables, consecutive_skips)`: the
+        `iterations` value of the skipped step, how many gradients were not
+        finite, the names of (up to 8 of) their variables, and how many
+        steps in a row had been skipped then. Recorded on device on skipped
+        steps only; not saved in checkpoints.
+
+        Raises:
+            RuntimeError: Inside a `tf.function`.
+        """
+        if not tf.executing_eagerly():
+            raise RuntimeError(
+                "`last_overflow` reads variables back to Python: read it "
+                "eagerly (outside tf.function), e.g. after a training step."
+            )
+        return self._overflow.last()
+
+    @property
+    def max_consecutive_skips(self):
+        """Skipped steps in a row allowed before an error, or None."""
+        return self._overflow.max_consecutive_skips
 
     @property
     def initial_scale(self):
@@ -306,7 +342,8 @@ class LossScaleOptimizer(
             # did; the inner optimizer then applies without summing again.
             packed = packed.all_reduced()
             aggregate = False
-        should_apply = self._update_loss_scale(packed, var_list)
+        should_apply, checked = self._update_loss_scale(packed, var_list)
+        names_id = self._overflow.names_id_for(var_list)
 
         def apply_fn(values, aux, var_list):
             # Every gradient must come from the branch's graph: a mix of
@@ -316,27 +353,40 @@ class LossScaleOptimizer(
                 self._optimizer, list(zip(grads, var_list)), name, aggregate
             )
 
-        def skip_fn():
+        def skip_fn(values, aux):
+            # Only skipped steps pay for finding the offending variables.
+            nonfinite = distribute.sum_over_replicas(
+                lambda v, a: gradients_lib.nonfinite_per_gradient(
+                    checked.unpack(v, a)),
+                values, aux,
+            )
+            consecutive = self._overflow.record(
+                nonfinite, self.iterations, names_id)
             self._inner.skip_step(self._optimizer)
             self._skipped_steps.assign_add(1)
+            self._overflow.check(consecutive, names_id)
 
         distribute.cond_on_all_replicas(
             should_apply, apply_fn, skip_fn,
             args=(packed.values, packed.aux, var_list),
+            false_args=(checked.values, checked.aux),
         )
 
     def _update_loss_scale(self, packed, var_list):
-        """Updates the loss scale; returns whether to call the inner apply.
+        """Updates the loss scale.
 
         With gradient accumulation on the inner optimizer, the loss scale
         sees one step per window: at the window's last `apply` it checks the
         window's summed gradients, so a non-finite gradient anywhere in the
         window skips the whole window's update with a single back-off.
         Earlier calls accumulate without a check.
+
+        Returns:
+            (whether to call the inner apply, the gradients checked).
         """
         window = self._inner.accumulation_window(self._optimizer, var_list)
         if window is None:
-            return self._loss_scale._update_packed(packed)[1]
+            return self._loss_scale._update_packed(packed)[1], packed
         is_window_end, accumulators = window
         sums = gradients_lib.pack([
             None if g is None else tf.convert_to_tensor(g) + acc
@@ -346,8 +396,8 @@ class LossScaleOptimizer(
             sums, window_end=is_window_end
         )
         if isinstance(is_finite, bool):
-            return is_finite
-        return tf.logical_or(is_finite, tf.logical_not(is_window_end))
+            return is_finite, sums
+        return tf.logical_or(is_finite, tf.logical_not(is_window_end)), sums
 
     def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
         """Scales the loss, differentiates, unscales and applies.
@@ -428,6 +478,7 @@ class LossScaleOptimizer(
             "dynamic": dynamic,
             "initial_scale": initial_scale,
             "dynamic_growth_steps": growth_steps,
+            **optimizer_config.health_config(self.max_consecutive_skips),
         }
 
     @classmethod

@@ -12,6 +12,8 @@ DEFAULT_GROWTH_STEPS = 2000
 TF24_KEYS = ("inner_optimizer", "dynamic", "initial_scale",
              "dynamic_growth_steps")
 TF23_KEYS = ("optimizer", "loss_scale")
+# tf_lso's own setting, in either format's config only when set.
+HEALTH_KEYS = ("max_consecutive_skips",)
 _IGNORED_KEYS = (
     "name", "weight_decay", "clipnorm", "global_clipnorm", "clipvalue",
     "use_ema", "ema_momentum", "ema_overwrite_frequency",
@@ -103,7 +105,7 @@ def checked_config(config, class_name):
     config = {k: v for k, v in config.items() if k not in _IGNORED_KEYS}
     legacy = "loss_scale" in config or "optimizer" in config
     keys = TF23_KEYS if legacy else TF24_KEYS
-    unknown = sorted(set(config) - set(keys), key=str)
+    unknown = sorted(set(config) - set(keys) - set(HEALTH_KEYS), key=str)
     if unknown:
         raise TypeError(
             f"{class_name}.from_config() got unknown keys {unknown}. Received "
@@ -118,6 +120,16 @@ def checked_config(config, class_name):
             "returned."
         )
     return config
+
+
+def health_config(max_consecutive_skips):
+    """The config entries of tf_lso's training-health settings (if set).
+
+    Left out when unset, so configs stay equal to TF's.
+    """
+    if max_consecutive_skips is None:
+        return {}
+    return {"max_consecutive_skips": max_consecutive_skips}
 
 
 def check_config_multiplier(loss_scale):

@@ -1,0 +1,280 @@
+"""Tests for tf_lso._src.training_health: overflow records and stuck runs."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+
+import tf_lso
+from tf_lso._src import training_health
+
+import test_util
+
+INF, NAN = float("inf"), float("nan")
+
+
+def _variables():
+    return [tf.Variable([1.0, 2.0], name="a"), tf.Variable(3.0, name="b"),
+            tf.Variable([4.0], name="c")]
+
+
+def _grads(bad=(), value=INF):
+    """Gradients for `_variables()`: `value` in the variables named in bad."""
+    grads = [tf.constant([0.5, 0.5]), tf.constant(0.5), tf.constant([0.5])]
+    for i, name in enumerate("abc"):
+        if name in bad:
+            grads[i] = grads[i] * value
+    return grads
+
+
+class OverflowRecordTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(
+        ("eager", {}), ("tf_function", {"tf_function": True}),
+        ("jit", {"tf_function": True, "jit_compile": True}),
+    )
+    def test_names_exactly_the_offending_variables(self, mode):
+        variables = _variables()
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
+                                        initial_scale=8)
+
+        def step(grads):
+            opt.apply_gradients(zip(grads, variables))
+
+        if mode:
+            step = tf.function(step, jit_compile=mode.get("jit_compile"))
+        self.assertIsNone(opt.last_overflow)
+        step(_grads(bad="ac", value=NAN))
+        self.assertEqual(opt.last_overflow,
+                         tf_lso.Overflow(0, 2, ("a:0", "c:0"), 1))
+        step(_grads(bad="b"))
+        self.assertEqual(opt.last_overflow,
+                         tf_lso.Overflow(1, 1, ("b:0",), 2))
+        before = [v.numpy() for v in variables]
+        step(_grads())  # Finite: applied, the record stays.
+        self.assertNotAllClose(variables[0], before[0])
+        self.assertEqual(opt.last_overflow.step, 1)
+        step(_grads(bad="a"))  # A new run of skips starts at 1.
+        self.assertEqual(opt.last_overflow,
+                         tf_lso.Overflow(3, 1, ("a:0",), 1))
+        self.assertEqual(test_util.num(opt.skipped_steps), 3)
+        self.assertEqual(float(opt.loss_scale), 1.0)  # 8 halved 3 times.
+
+    def test_count_is_exact_beyond_the_eight_named(self):
+        variables = [tf.Variable(float(i), name=f"v{i}") for i in range(11)]
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+        grads = [tf.constant(INF if i % 10 else 1.0) for i in range(11)]
+        tf.function(opt.apply_gradients)(zip(grads, variables))
+        overflow = opt.last_overflow
+        self.assertEqual(overflow.count, 9)  # All but v0 and v10.
+        self.assertEqual(overflow.variables,
+                         tuple(f"v{i}:0" for i in range(1, 9)))
+
+    def test_keras_variables_are_named_by_path(self):
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(
+            1, name="dense")])
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+        grads = [tf.fill(v.shape, INF) if "bias" in v.path else tf.zeros(
+            v.shape) for v in model.trainable_variables]
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        bias = model.layers[0].bias
+        self.assertEqual(opt.last_overflow.variables, (bias.path,))
+        self.assertTrue(bias.path.endswith("dense/bias"), bias.path)
+
+    def test_two_functions_with_different_variables(self):
+        variables = _variables()
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+        first = tf.function(lambda g: opt.apply_gradients(
+            zip(g, variables[:2])))
+        second = tf.function(lambda g: opt.apply_gradients(
+            zip(g, variables[1:])))
+        opt.build(variables)
+        first(_grads()[:2])
+        second(_grads()[1:])
+        second([tf.constant(1.0), tf.constant([NAN])])
+        self.assertEqual(opt.last_overflow.variables, ("c:0",))
+        first([tf.constant([INF, 1.0]), tf.constant(1.0)])
+        self.assertEqual(opt.last_overflow.variables, ("a:0",))
+
+    def test_last_overflow_is_eager_only(self):
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+
+        @tf.function
+        def read():
+            return opt.last_overflow
+
+        with self.assertRaisesRegex(RuntimeError, "read it eagerly"):
+            read()
+
+
+class MaxConsecutiveSkipsTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(
+        ("v2_eager", "v2", False), ("v2_tf_function", "v2", True),
+        ("v1_eager", "v1", False), ("v1_tf_function", "v1", True),
+    )
+    def test_k_plus_one_skips_in_a_row_raise(self, kind, use_tf_function):
+        variables = _variables()
+        if kind == "v2":
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(0.1), initial_scale=8,
+                max_consecutive_skips=3)
+        else:
+            opt = tf_lso.experimental.LossScaleOptimizer(
+                keras.optimizers.SGD(0.1), "dynamic", max_consecutive_skips=3)
+        step = test_util.maybe_function(
+            lambda g: opt.apply_gradients(zip(g, variables)), use_tf_function)
+        step(_grads(bad="a"))
+        step(_grads(bad="a"))
+        step(_grads())  # The run ends: the next one starts again at 1.
+        for _ in range(3):
+            step(_grads(bad="bc"))
+        before = [v.numpy() for v in variables]
+        error = (tf.errors.InvalidArgumentError if use_tf_function
+                 else RuntimeError)
+        with self.assertRaises(error) as raised:
+            step(_grads(bad="bc"))
+        message = str(raised.exception)
+        self.assertIn("max_consecutive_skips=3", message)
+        self.assertIn("b:0", message)
+        self.assertIn("c:0", message)
+        self.assertNotIn("a:0", message)
+        self.assertIn("lower the learning rate", message)
+        # The fourth skip happened (and is recorded) before the error.
+        for var, value in zip(variables, before):
+            self.assertAllEqual(var, value)
+        self.assertEqual(opt.last_overflow,
+                         tf_lso.Overflow(6, 2, ("b:0", "c:0"), 4))
+        self.assertEqual(test_util.num(opt.iterations), 7)
+
+    @parameterized.parameters(0, 2.5, -1)
+    def test_invalid_values(self, value):
+        with self.assertRaisesRegex(ValueError, "max_consecutive_skips"):
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(),
+                                      max_consecutive_skips=value)
+        with self.assertRaisesRegex(ValueError, "max_consecutive_skips"):
+            tf_lso.callbacks.LossScaleMonitor(max_consecutive_skips=value)
+
+    def test_config_round_trip_and_tf_configs_unchanged(self):
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(),
+                                        max_consecutive_skips=5)
+        config = opt.get_config()
+        self.assertEqual(config["max_consecutive_skips"], 5)
+        restored = tf_lso.LossScaleOptimizer.from_config(config)
+        self.assertEqual(restored.max_consecutive_skips, 5)
+        plain = tf_lso.LossScaleOptimizer(keras.optimizers.SGD())
+        self.assertNotIn("max_consecutive_skips", plain.get_config())
+        self.assertIsNone(plain.max_consecutive_skips)
+        v1 = tf_lso.experimental.LossScaleOptimizer(
+            keras.optimizers.SGD(), "dynamic", max_consecutive_skips=2)
+        config = v1.get_config()
+        self.assertEqual(config, {**tf_lso.experimental.LossScaleOptimizer(
+            keras.optimizers.SGD(), "dynamic").get_config(),
+            "max_consecutive_skips": 2})
+        restored = tf_lso.experimental.LossScaleOptimizer.from_config(config)
+        self.assertEqual(restored.max_consecutive_skips, 2)
+
+
+class MirroredTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.product(bad_replica=[0, 1], use_tf_function=[False, True])
+    def test_overflow_on_one_replica_names_its_variables(
+            self, bad_replica, use_tf_function):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            variables = _variables()
+            opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
+                                            initial_scale=8)
+
+        def replica_step(bad):
+            on_this_replica = tf.equal(test_util.replica_id(), bad_replica)
+            grads = _grads()
+            grads[2] = tf.where(on_this_replica, grads[2] * bad, grads[2])
+            opt.apply_gradients(zip(grads, variables))
+
+        step = test_util.maybe_function(
+            lambda bad: strategy.run(replica_step, args=(bad,)),
+            use_tf_function)
+        step(tf.constant(INF))
+        self.assertEqual(opt.last_overflow,
+                         tf_lso.Overflow(0, 1, ("c:0",), 1))
+        step(tf.constant(1.0))
+        self.assertEqual(opt.last_overflow.step, 0)
+        self.assertEqual(test_util.num(opt.skipped_steps), 1)
+
+
+def _model():
+    keras.utils.set_random_seed(2)
+    return keras.Sequential([
+        keras.Input((4,)),
+        keras.layers.Dense(3, name="hidden"),
+        keras.layers.Dense(1, name="out"),
+    ])
+
+
+def _data(bad_batches=()):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = rng.normal(size=(64, 1)).astype("float32")
+    for batch in bad_batches:
+        y[batch * 8] = 3e38  # Its squared error overflows to inf.
+    return x, y
+
+
+class FitTest(tf.test.TestCase):
+    def test_fit_records_and_logs_the_overflow(self):
+        model = _model()
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+        model.compile(opt, "mse")
+        monitor = tf_lso.callbacks.LossScaleMonitor()
+        x, y = _data(bad_batches=[5])
+        history = model.fit(x, y, batch_size=8, epochs=1, shuffle=False,
+                            verbose=0, callbacks=[monitor])
+        overflow = opt.last_overflow
+        self.assertEqual(overflow.step, 5)
+        self.assertEqual(overflow.count, 4)  # Every weight sees the inf.
+        self.assertEqual(overflow.variables,
+                         tuple(v.path for v in model.trainable_variables))
+        self.assertEqual(history.history["last_overflow_count"], [4])
+        self.assertEqual(history.history["skipped_steps"], [1])
+
+    def test_monitor_stops_a_stuck_fit(self):
+        model = _model()
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+        model.compile(opt, "mse")
+        monitor = tf_lso.callbacks.LossScaleMonitor(max_consecutive_skips=2)
+        x, y = _data(bad_batches=[1, 3, 4, 5, 6])
+        model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0,
+                  callbacks=[monitor])
+        # Batches 3, 4, 5 are skipped in a row: stopped after batch 5.
+        self.assertEqual(test_util.num(opt.iterations), 6)
+        self.assertEqual(opt.last_overflow.consecutive_skips, 3)
+        self.assertIn("3 steps in a row", monitor.stop_reason)
+        self.assertIn("hidden/kernel", monitor.stop_reason)
+        self.assertIn("max_consecutive_skips=2", monitor.stop_reason)
+
+    def test_optimizer_guard_stops_fit_with_its_error(self):
+        model = _model()
+        model.compile(tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.01),
+                                                max_consecutive_skips=1),
+                      "mse")
+        x, y = _data(bad_batches=[2, 3])
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "max_consecutive_skips=1"):
+            model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+
+    def test_warns_once_when_skipping_at_the_floor(self):
+        model = _model()
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.01),
+                                        initial_scale=2)
+        model.compile(opt, "mse")
+        x, y = _data(bad_batches=[0, 1, 2])
+        with pytest.warns(UserWarning, match="floor of 1") as caught:
+            model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0,
+                      callbacks=[tf_lso.callbacks.LossScaleMonitor()])
+        self.assertLen([w for w in caught if "floor" in str(w.message)], 1)
+        self.assertEqual(float(opt.loss_scale), 1.0)
+
+
+def test_overflow_record_validates_like_the_optimizer():
+    with pytest.raises(TypeError, match="max_consecutive_skips"):
+        training_health.OverflowRecord("3")
+    assert training_health.OverflowRecord(2.0).max_consecutive_skips == 2

@@ -1,0 +1,152 @@
+"""Why steps are skipped, and when a run can no longer learn.
+
+On a skipped step, and only then (the finite path runs none of this), the
+optimizer records which variables' gradients were not finite: their count,
+the positions of the first few in the `apply_gradients` list, the step, and
+how many steps in a row have been skipped. The record lives in a few int64
+variables on device (not in checkpoints, whose layout stays TF 2.4's), so
+nothing syncs with the host; `Overflow` reads it back with variable names.
+"""
+
+import collections
+
+import tensorflow as tf
+
+from tf_lso._src import compat
+from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import validation
+
+# How many offending variables a record names (the count is always exact).
+MAX_NAMED = 8
+
+REMEDIES = (
+    "Usual remedies: lower the learning rate, clip gradients (`clipnorm` or "
+    "`global_clipnorm` on the inner optimizer), compute in bfloat16 instead "
+    "of float16, or use a fixed loss scale "
+    "(`LossScaleOptimizer(opt, dynamic=False, initial_scale=...)`)."
+)
+
+
+class Overflow(collections.namedtuple(
+        "Overflow", "step count variables consecutive_skips")):
+    """The last skipped step: what `opt.last_overflow` returns.
+
+    Attributes:
+        step: The optimizer's `iterations` when the step was skipped.
+        count: How many gradients (one per variable) were not finite.
+        variables: The names (Keras `path`, else `name`) of the first
+            `min(count, 8)` of those variables, in `apply_gradients` order.
+        consecutive_skips: Steps skipped in a row up to that step.
+    """
+
+
+def variable_name(variable):
+    return getattr(variable, "path", None) or variable.name
+
+
+class OverflowRecord(tf.Module):
+    """The on-device record of skipped steps, and the stuck-run guard.
+
+    Args:
+        max_consecutive_skips: None, or an int K >= 1: the (K+1)-th skipped
+            step in a row raises (see `check`).
+    """
+
+    def __init__(self, max_consecutive_skips=None):
+        super().__init__(name="overflow_record")
+        if max_consecutive_skips is not None:
+            max_consecutive_skips = validation.integer(
+                max_consecutive_skips, "max_consecutive_skips")
+        self.max_consecutive_skips = max_consecutive_skips
+        state = loss_scale_lib.state_variable
+        self.step = state(-1, tf.int64, "overflow_step")
+        self.count = state(0, tf.int64, "overflow_count")
+        self.indices = state([-1] * MAX_NAMED, tf.int64, "overflow_variables")
+        self.names_id = state(-1, tf.int64, "overflow_names_id")
+        self.consecutive = state(0, tf.int64, "consecutive_skips")
+        # One tuple of variable names per distinct `apply_gradients` list;
+        # a record stores which one its indices refer to.
+        self._names = []
+
+    def names_id_for(self, var_list):
+        """A Python int identifying the names of `var_list`."""
+        names = tuple(variable_name(v) for v in var_list)
+        if names not in self._names:
+            self._names.append(names)
+        return self._names.index(names)
+
+    def record(self, nonfinite, step, names_id):
+        """Records a skipped step. Called in the skip branch only.
+
+        Args:
+            nonfinite: An int32 vector, one entry per variable: > 0 where the
+                gradient (on any replica) was not finite.
+            step: The int64 step being skipped.
+            names_id: `names_id_for(var_list)`.
+
+        Returns:
+            The int64 number of steps skipped in a row, this one included.
+        """
+        flags = tf.cast(nonfinite > 0, tf.int32)
+        padded = tf.concat([flags, tf.zeros([MAX_NAMED], tf.int32)], 0)
+        order = tf.argsort(-padded, stable=True)[:MAX_NAMED]
+        indices = tf.where(tf.gather(padded, order) > 0,
+                           tf.cast(order, tf.int64), tf.constant(-1, tf.int64))
+        step = tf.cast(step, tf.int64)
+        consecutive = tf.where(tf.equal(step, self.step + 1),
+                               self.consecutive + 1, tf.constant(1, tf.int64))
+        self.count.assign(tf.reduce_sum(tf.cast(flags, tf.int64)))
+        self.indices.assign(indices)
+        self.names_id.assign(tf.constant(names_id, tf.int64))
+        self.consecutive.assign(consecutive)
+        self.step.assign(step)
+        return consecutive
+
+    def check(self, consecutive, names_id):
+        """Raises if more than `max_consecutive_skips` steps in a row skipped.
+
+        Eagerly a RuntimeError; in a `tf.function` an InvalidArgumentError
+        (a `tf.debugging.Assert`). Under `jit_compile=True`, where XLA drops
+        assertions, nothing happens: use `LossScaleMonitor` there.
+        """
+        limit = self.max_consecutive_skips
+        if limit is None:
+            return
+        if tf.executing_eagerly():
+            if int(consecutive) > limit:
+                raise RuntimeError(self._stuck_message(self.last()))
+            return
+        if compat.in_xla_context():
+            return
+        names = tf.constant(self._names[names_id])
+        named = self.indices >= 0
+        offending = tf.gather(names, tf.boolean_mask(self.indices, named))
+        message = (
+            f"More than max_consecutive_skips={limit} steps in a row were "
+            "skipped for non-finite gradients: training cannot make progress. "
+            f"{REMEDIES} Below: the steps skipped in a row, how many "
+            "gradients were not finite at the last one, and (up to 8 of) "
+            "their variables:"
+        )
+        tf.debugging.Assert(consecutive <= limit,
+                            [message, consecutive, self.count, offending],
+                            summarize=MAX_NAMED)
+
+    def _stuck_message(self, overflow):
+        return (
+            f"{overflow.consecutive_skips} steps in a row were skipped for "
+            "non-finite gradients (more than max_consecutive_skips="
+            f"{self.max_consecutive_skips}): training cannot make progress. "
+            f"At step {overflow.step}, {overflow.count} gradient(s) were not "
+            f"finite, for: {', '.join(overflow.variables)}. {REMEDIES}"
+        )
+
+    def last(self):
+        """The last skipped step as an `Overflow`, or None. Eager only."""
+        step = int(self.step.numpy())
+        if step < 0:
+            return None
+        names = self._names[int(self.names_id.numpy())]
+        variables = tuple(names[i] for i in self.indices.numpy() if i >= 0)
+        return Overflow(step, int(self.count.numpy()), variables,
+                        int(self.consecutive.numpy()))
