@@ -278,3 +278,32 @@ def test_overflow_record_validates_like_the_optimizer():
     with pytest.raises(TypeError, match="max_consecutive_skips"):
         training_health.OverflowRecord("3")
     assert training_health.OverflowRecord(2.0).max_consecutive_skips == 2
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf_function", "jit"])
+def test_print_overflows_prints_skipped_steps_only(mode, capfd):
+    variables = _variables()
+    opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
+                                    print_overflows=True)
+
+    def step(grads):
+        opt.apply_gradients(zip(grads, variables))
+
+    if mode != "eager":
+        step = tf.function(step, jit_compile=mode == "jit")
+    step(_grads())
+    step(_grads(bad="ac"))
+    step(_grads())
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("tf_lso:")]
+    if mode == "jit":  # XLA cannot compile printing: the record still works.
+        assert lines == []
+    else:
+        assert lines == ["tf_lso: skipped step 1 - 2 gradient(s) not finite, "
+                         'for: "a:0, c:0"']
+    assert opt.last_overflow == tf_lso.Overflow(1, 2, ("a:0", "c:0"), 1)
+    assert opt.get_config()["print_overflows"] is True
+    assert tf_lso.LossScaleOptimizer.from_config(
+        opt.get_config()).print_overflows
+    with pytest.raises(TypeError, match="print_overflows"):
+        tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), print_overflows=1)

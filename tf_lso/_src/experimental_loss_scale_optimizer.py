@@ -68,6 +68,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             one of TensorFlow's deprecated `tf.compat.v1.mixed_precision` loss
             scales (converted).
         max_consecutive_skips: See `tf_lso.LossScaleOptimizer`.
+        print_overflows: See `tf_lso.LossScaleOptimizer`.
 
     Raises:
         TypeError: If `optimizer` is not a supported optimizer.
@@ -82,11 +83,12 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
     32768.0
     """
 
-    def __init__(self, optimizer, loss_scale, *, max_consecutive_skips=None):
+    def __init__(self, optimizer, loss_scale, *, max_consecutive_skips=None,
+                 print_overflows=False):
         adapter = inner_lib.adapter_for(optimizer, "optimizer")
         distribute.check_strategy_supported()
         self._init_wrapper(optimizer, adapter, _to_loss_scale(loss_scale),
-                           max_consecutive_skips)
+                           max_consecutive_skips, print_overflows)
 
     @property
     def loss_scale(self):
@@ -105,7 +107,8 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             return {
                 "optimizer": self._inner.serialize(self._optimizer),
                 "loss_scale": serialization.serialize(self._loss_scale),
-                **optimizer_config.health_config(self.max_consecutive_skips),
+                **optimizer_config.health_config(self.max_consecutive_skips,
+                                                 self.print_overflows),
             }
         return super().get_config()
 

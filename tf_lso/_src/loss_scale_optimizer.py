@@ -48,6 +48,9 @@ class LossScaleOptimizer(
             (K+1)-th step in a row skipped for non-finite gradients raises
             an error naming the variables whose gradients were not finite
             (a tf_lso addition; see `last_overflow`).
+        print_overflows: If True, every skipped step prints (`tf.print`, to
+            stderr) which variables' gradients were not finite; not under
+            `jit_compile=True`. Default False.
 
     Raises:
         TypeError: If `inner_optimizer` is not a supported optimizer or is a
@@ -76,6 +79,7 @@ class LossScaleOptimizer(
         dynamic_growth_steps=None,
         *,
         max_consecutive_skips=None,
+        print_overflows=False,
     ):
         adapter = inner_lib.adapter_for(inner_optimizer, "inner_optimizer")
         optimizer_config.check_dynamic(dynamic)  # Before the strategy check.
@@ -84,10 +88,10 @@ class LossScaleOptimizer(
             dynamic, initial_scale, dynamic_growth_steps
         )
         self._init_wrapper(inner_optimizer, adapter, loss_scale,
-                           max_consecutive_skips)
+                           max_consecutive_skips, print_overflows)
 
     def _init_wrapper(self, inner_optimizer, adapter, loss_scale,
-                      max_consecutive_skips):
+                      max_consecutive_skips=None, print_overflows=False):
         if getattr(inner_optimizer, "loss_scale_factor", None) is not None:
             raise ValueError(
                 "The inner optimizer already scales the loss: it has "
@@ -107,7 +111,8 @@ class LossScaleOptimizer(
             0, tf.int64, "skipped_steps"
         )
         # Not checkpointed either (see OptimizerCheckpointing).
-        self._overflow = training_health.OverflowRecord(max_consecutive_skips)
+        self._overflow = training_health.OverflowRecord(
+            max_consecutive_skips, print_overflows)
         self._init_checkpointing()
         self._wrapper_ready = True
 
@@ -165,6 +170,11 @@ class LossScaleOptimizer(
     def max_consecutive_skips(self):
         """Skipped steps in a row allowed before an error, or None."""
         return self._overflow.max_consecutive_skips
+
+    @property
+    def print_overflows(self):
+        """Whether skipped steps print their offending variables."""
+        return self._overflow.print_overflows
 
     @property
     def initial_scale(self):
@@ -364,6 +374,7 @@ class LossScaleOptimizer(
                 nonfinite, self.iterations, names_id)
             self._inner.skip_step(self._optimizer)
             self._skipped_steps.assign_add(1)
+            self._overflow.report(names_id)
             self._overflow.check(consecutive, names_id)
 
         distribute.cond_on_all_replicas(
@@ -478,7 +489,8 @@ class LossScaleOptimizer(
             "dynamic": dynamic,
             "initial_scale": initial_scale,
             "dynamic_growth_steps": growth_steps,
-            **optimizer_config.health_config(self.max_consecutive_skips),
+            **optimizer_config.health_config(self.max_consecutive_skips,
+                                             self.print_overflows),
         }
 
     @classmethod

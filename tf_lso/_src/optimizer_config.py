@@ -13,7 +13,7 @@ TF24_KEYS = ("inner_optimizer", "dynamic", "initial_scale",
              "dynamic_growth_steps")
 TF23_KEYS = ("optimizer", "loss_scale")
 # tf_lso's own setting, in either format's config only when set.
-HEALTH_KEYS = ("max_consecutive_skips",)
+HEALTH_KEYS = ("max_consecutive_skips", "print_overflows")
 _IGNORED_KEYS = (
     "name", "weight_decay", "clipnorm", "global_clipnorm", "clipvalue",
     "use_ema", "ema_momentum", "ema_overwrite_frequency",
@@ -122,14 +122,17 @@ def checked_config(config, class_name):
     return config
 
 
-def health_config(max_consecutive_skips):
-    """The config entries of tf_lso's training-health settings (if set).
+def health_config(max_consecutive_skips, print_overflows):
+    """The config entries of tf_lso's training-health settings that are set.
 
-    Left out when unset, so configs stay equal to TF's.
+    Unset ones are left out, so configs stay equal to TF's.
     """
-    if max_consecutive_skips is None:
-        return {}
-    return {"max_consecutive_skips": max_consecutive_skips}
+    config = {}
+    if max_consecutive_skips is not None:
+        config["max_consecutive_skips"] = max_consecutive_skips
+    if print_overflows:
+        config["print_overflows"] = True
+    return config
 
 
 def check_config_multiplier(loss_scale):

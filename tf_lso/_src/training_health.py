@@ -9,6 +9,7 @@ nothing syncs with the host; `Overflow` reads it back with variable names.
 """
 
 import collections
+import sys
 
 import tensorflow as tf
 
@@ -50,14 +51,22 @@ class OverflowRecord(tf.Module):
     Args:
         max_consecutive_skips: None, or an int K >= 1: the (K+1)-th skipped
             step in a row raises (see `check`).
+        print_overflows: Whether skipped steps print their record (see
+            `report`).
     """
 
-    def __init__(self, max_consecutive_skips=None):
+    def __init__(self, max_consecutive_skips=None, print_overflows=False):
         super().__init__(name="overflow_record")
         if max_consecutive_skips is not None:
             max_consecutive_skips = validation.integer(
                 max_consecutive_skips, "max_consecutive_skips")
+        if not isinstance(print_overflows, bool):
+            raise TypeError(
+                "`print_overflows` must be a bool. Received: print_overflows="
+                f"{print_overflows!r} of type {type(print_overflows).__name__}."
+            )
         self.max_consecutive_skips = max_consecutive_skips
+        self.print_overflows = print_overflows
         state = loss_scale_lib.state_variable
         self.step = state(-1, tf.int64, "overflow_step")
         self.count = state(0, tf.int64, "overflow_count")
@@ -101,6 +110,24 @@ class OverflowRecord(tf.Module):
         self.consecutive.assign(consecutive)
         self.step.assign(step)
         return consecutive
+
+    def report(self, names_id):
+        """Prints the record just made, if `print_overflows` (skip branch).
+
+        One line on stderr through `tf.print`: the step, how many gradients
+        were not finite and (up to 8 of) their variables. Not under
+        `jit_compile=True`, where XLA cannot compile printing.
+        """
+        if not self.print_overflows or (
+                not tf.executing_eagerly() and compat.in_xla_context()):
+            return
+        names = tf.constant(self._names[names_id])
+        offending = tf.gather(
+            names, tf.boolean_mask(self.indices, self.indices >= 0))
+        tf.print("tf_lso: skipped step", self.step, "-", self.count,
+                 "gradient(s) not finite, for:",
+                 tf.strings.reduce_join(offending, separator=", "),
+                 output_stream=sys.stderr)
 
     def check(self, consecutive, names_id):
         """Raises if more than `max_consecutive_skips` steps in a row skipped.
