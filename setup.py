@@ -45,9 +45,12 @@ setuptools.setup(
             "tensorboard",
             "tf-keras>=2.16,<2.22",
             "libcst>=1.1",
+            "matplotlib",
         ],
         # `python -m tf_lso check --fix` (the check itself needs nothing).
         "migrate": ["libcst>=1.1"],
+        # examples/plot_training_health.py.
+        "examples": ["matplotlib"],
     },
     license="Apache-2.0",
 )

@@ -13,7 +13,7 @@ import sys
 
 
 @contextlib.contextmanager
-def _tensorflow_notices_silenced():
+def tensorflow_notices_silenced():
     """Points stderr at /dev/null while TensorFlow logs its start-up notices.
 
     TensorFlow 2.21 logs them (oneDNN, CUDA, CPU features, float16 kernels)
@@ -36,7 +36,7 @@ def _tensorflow_notices_silenced():
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-with _tensorflow_notices_silenced():
+with tensorflow_notices_silenced():
     import tensorflow as tf
 
     tf.constant(0.0) + 1.0  # The first op logs the device notices.
@@ -93,7 +93,7 @@ def main():
         if step in OVERFLOW_STEPS:
             x = x * 1e4  # float16 activations overflow: a non-finite step.
         if step == 1:  # Tracing logs float16 kernel notices.
-            with _tensorflow_notices_silenced():
+            with tensorflow_notices_silenced():
                 loss = train_step(tf.constant(x), tf.constant(y))
         else:
             loss = train_step(tf.constant(x), tf.constant(y))

@@ -1,4 +1,4 @@
-"""The demo from the README runs, shows the loss scale at work, and is quiet."""
+"""The demo and the examples run, show the loss scale at work, and are quiet."""
 
 import pathlib
 import re
@@ -30,3 +30,21 @@ def test_demo_shows_the_notices_on_request():
     )
     assert done.returncode == 0, done.stderr
     assert _TF_LOG.search(done.stderr), done.stderr
+
+
+def test_training_health_plot(tmp_path):
+    output = tmp_path / "health.png"
+    script = _DEMO.parent / "plot_training_health.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--steps", "160", "--output",
+         str(output)], capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # Steps 60-64 and 150 overflow: 2**12 doubles three times by step 59
+    # (every 20 finite steps), five halvings give 2**10, four doublings
+    # (steps 84, 104, 124, 144) 2**14, the halving at 150: 2**13.
+    assert lines[0] == "final loss scale 8192, skipped steps 6"
+    assert lines[1].startswith("last overflow: Overflow(step=150, count=")
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not _TF_LOG.search(done.stderr), done.stderr
