@@ -140,6 +140,9 @@ def test_overflow_on_one_worker_skips_on_both(bad_worker, tmp_path):
             assert skipped["optimizer"][path] == value, path
     assert after["var"] != skipped["var"]
     assert after["counter"] == 1
+    # Both workers name the variable that overflowed on one of them.
+    assert first["overflow"] is None
+    assert skipped["overflow"] == after["overflow"] == [1, 1, ["Variable:0"], 1]
 
 
 def test_clipping_sees_the_sum_over_workers(tmp_path):

@@ -69,23 +69,28 @@ def state(strategy, var, opt):
     }
 
 
-def _train(strategy, var, opt, schedule):
+def _train(strategy, var, opt, schedule, overflow=False):
     step = _step_fn(strategy, var, opt)
     history = []
     for bad_replica in schedule:
         step(bad_replica)
         history.append(state(strategy, var, opt))
+        if overflow:  # What `last_overflow` says (not checkpointed).
+            record = opt.last_overflow
+            history[-1]["overflow"] = None if record is None else list(record)
     return history
 
 
 def overflow_on_worker_1(strategy, workdir):
     del workdir
-    return _train(strategy, *_build(strategy), [NO_OVERFLOW, 1, NO_OVERFLOW])
+    return _train(strategy, *_build(strategy), [NO_OVERFLOW, 1, NO_OVERFLOW],
+                  overflow=True)
 
 
 def overflow_on_worker_0(strategy, workdir):
     del workdir
-    return _train(strategy, *_build(strategy), [NO_OVERFLOW, 0, NO_OVERFLOW])
+    return _train(strategy, *_build(strategy), [NO_OVERFLOW, 0, NO_OVERFLOW],
+                  overflow=True)
 
 
 def _task_id(strategy):
