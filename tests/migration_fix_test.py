@@ -76,6 +76,10 @@ def test_tf23_snippet_changes_only_the_legacy_names():
      """),
     ("import tensorflow.keras.mixed_precision.experimental as mp\n",
      "import tf_lso.experimental as mp\n"),
+    ("import tensorflow.keras.mixed_precision.experimental\n"
+     "tensorflow.keras.mixed_precision.experimental.Policy('float32')\n",
+     "import tensorflow, tf_lso.experimental\n"
+     "tf_lso.experimental.Policy('float32')\n"),
     ("import tensorflow as tf\nmp = tf.keras.mixed_precision.experimental\n",
      "import tensorflow as tf\nimport tf_lso\nmp = tf_lso.experimental\n"),
     # `import tf_lso` is not added twice, and goes after a docstring and

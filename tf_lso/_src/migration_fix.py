@@ -115,7 +115,17 @@ def _transformer(cst, names):
                 if name == "tf_lso":
                     self.has_tf_lso = True
                 new = rules.replacement(rules.canonical(name))
-                if new is not None and alias.asname is not None:
+                if new is not None and alias.asname is None:
+                    # `import tensorflow.keras...experimental` binds
+                    # `tensorflow`; keep that, and bind `tf_lso` for the
+                    # rewritten uses.
+                    self.has_tf_lso = True
+                    aliases.append(alias.with_changes(
+                        name=cst.Name(name.split(".")[0]),
+                        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
+                            " "))))
+                    alias = alias.with_changes(name=cst.parse_expression(new))
+                elif new is not None:
                     alias = alias.with_changes(name=cst.parse_expression(new))
                 aliases.append(alias)
             return line.with_changes(
