@@ -196,3 +196,18 @@ def test_is_variable_hook():
     assert compat.is_variable(tf.Variable(1.0))
     assert not compat.is_variable(tf.constant(1.0))
     assert not compat.is_variable(layer.kernel + 0)
+
+
+def test_in_xla_context_hook():
+    seen = {}
+
+    def probe(key):
+        seen[key] = compat.in_xla_context()
+        return tf.constant(0)
+
+    tf.function(lambda: probe("function"))()
+    tf.function(lambda: probe("jit"), jit_compile=True)()
+    tf.function(lambda: tf.cond(tf.constant(True), lambda: probe("jit_cond"),
+                                lambda: tf.constant(1)), jit_compile=True)()
+    assert seen == {"function": False, "jit": True, "jit_cond": True}
+    assert not compat.in_xla_context()  # Eager.
