@@ -150,6 +150,43 @@ def test_pack_unpack_round_trip_any_mix(entries, factor):
 F32_MAX = float(np.finfo(np.float32).max)
 
 
+class NonfinitePerGradientTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(("eager", False), ("tf_function", True),
+                                    ("jit", "jit"))
+    def test_matches_a_per_gradient_check(self, mode):
+        rng = np.random.default_rng(0)
+        grads = [tf.constant(rng.normal(size=shape), tf.float32)
+                 for shape in [(3, 2), (3, 2), (), (3, 2), (), (5,)]]
+        grads += [None, tf.constant(rng.normal(size=(2, 4)), tf.float16),
+                  tf.constant(rng.normal(size=(200, 100)), tf.float32)]
+        bad = {1: np.inf, 4: np.nan, 7: np.inf, 8: np.nan}
+        for i, value in bad.items():
+            array = np.array(grads[i].numpy())
+            array.flat[-1] = value
+            grads[i] = tf.constant(array)
+        sparse = tf.IndexedSlices(tf.constant([[1.0, np.inf]]),
+                                  tf.constant([0]), tf.constant([4, 2]))
+        grads.append(sparse)
+        expected = [0 if g is None else int(not np.all(np.isfinite(
+            gradients._dense_values(g).numpy()))) for g in grads]
+        self.assertEqual(expected, [0, 1, 0, 0, 1, 0, 0, 1, 1, 1])
+
+        def flags(values):
+            return gradients.pack(grads).nonfinite_per_gradient(values)
+
+        packed = gradients.pack(grads)
+        self.assertLess(len(packed.values), len(grads))  # Some are stacked.
+        if mode:
+            flags = tf.function(flags, jit_compile=mode == "jit")
+        self.assertAllEqual(flags(packed.values), expected)
+
+    def test_no_gradients(self):
+        self.assertAllEqual(
+            gradients.pack([None]).nonfinite_per_gradient(), [0])
+        self.assertEqual(gradients.pack([]).nonfinite_per_gradient().shape,
+                         (0,))
+
+
 class UnscaleTest(tf.test.TestCase, parameterized.TestCase):
     """Unscaling by the loss scale, for every scale a loss scale can reach."""
 

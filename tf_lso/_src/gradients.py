@@ -38,19 +38,6 @@ def local_nonfinite(grads):
     return 1.0 - tf.cast(all_finite, tf.float32)
 
 
-def nonfinite_per_gradient(grads):
-    """An int32 vector: 1 where a gradient has an Inf or NaN, else 0.
-
-    One entry per element of the list `grads`; `None` entries are 0.
-    """
-    flags = [
-        tf.constant(0, tf.int32) if g is None else 1 - tf.cast(
-            tf.reduce_all(tf.math.is_finite(_dense_values(g))), tf.int32)
-        for g in grads
-    ]
-    return tf.stack(flags) if flags else tf.zeros([0], tf.int32)
-
-
 def all_finite(grads):
     """Returns a bool scalar tensor: True iff every replica's grads are finite.
 
@@ -264,6 +251,39 @@ class Packed:
                 value = value.values
             values.append(value)
         return Packed(values, aux, self._plan)
+
+    def nonfinite_per_gradient(self, values=None):
+        """An int32 vector, one entry per gradient: 1 where it has an Inf/NaN.
+
+        Computed on the packed values (a stack gives one flag per member with
+        one reduction) and put in gradient order with one gather, so the op
+        count does not grow with the number of gradients. `None` entries are
+        0.
+
+        Args:
+            values: Tensors shaped like `self.values` (default: our own).
+        """
+        values = self.values if values is None else values
+        stacks = {entry[1] for entry in self._plan
+                  if entry is not None and entry[0] == "stacked"}
+        flags, starts, size = [], [], 0
+        for index, value in enumerate(values):
+            finite = tf.math.is_finite(value)
+            if index in stacks:
+                finite = tf.reduce_all(
+                    tf.reshape(finite, [value.shape[0], -1]), axis=1)
+            else:
+                finite = tf.reshape(tf.reduce_all(finite), [1])
+            starts.append(size)
+            size += int(finite.shape[0])
+            flags.append(1 - tf.cast(finite, tf.int32))
+        flags.append(tf.zeros([1], tf.int32))  # At `size`: for `None`s.
+        order = [
+            size if entry is None
+            else starts[entry[1]] + (entry[2] if entry[0] == "stacked" else 0)
+            for entry in self._plan
+        ]
+        return tf.gather(tf.concat(flags, 0), tf.constant(order, tf.int32))
 
     def unpack(self, values=None, aux=None):
         """The gradient list, rebuilt from `values` and `aux` (or our own).

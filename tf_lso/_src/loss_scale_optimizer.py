@@ -363,13 +363,10 @@ class LossScaleOptimizer(
                 self._optimizer, list(zip(grads, var_list)), name, aggregate
             )
 
-        def skip_fn(values, aux):
+        def skip_fn(values):
             # Only skipped steps pay for finding the offending variables.
             nonfinite = distribute.sum_over_replicas(
-                lambda v, a: gradients_lib.nonfinite_per_gradient(
-                    checked.unpack(v, a)),
-                values, aux,
-            )
+                checked.nonfinite_per_gradient, values)
             consecutive = self._overflow.record(
                 nonfinite, self.iterations, names_id)
             self._inner.skip_step(self._optimizer)
@@ -380,7 +377,7 @@ class LossScaleOptimizer(
         distribute.cond_on_all_replicas(
             should_apply, apply_fn, skip_fn,
             args=(packed.values, packed.aux, var_list),
-            false_args=(checked.values, checked.aux),
+            false_args=(checked.values,),
         )
 
     def _update_loss_scale(self, packed, var_list):
