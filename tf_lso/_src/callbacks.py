@@ -5,6 +5,7 @@ import warnings
 import keras
 
 from tf_lso._src import training_health
+from tf_lso._src import validation
 
 
 class LossScaleMonitor(keras.callbacks.Callback):
@@ -59,9 +60,10 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 f"{update_freq!r}."
             )
         self.update_freq = update_freq
-        # Validated as the optimizer's own argument is.
-        self.max_consecutive_skips = training_health.OverflowRecord(
-            max_consecutive_skips).max_consecutive_skips
+        if max_consecutive_skips is not None:  # As the optimizer checks it.
+            max_consecutive_skips = validation.integer(
+                max_consecutive_skips, "max_consecutive_skips")
+        self.max_consecutive_skips = max_consecutive_skips
         self.stop_reason = None
         self._warned_floor = False
         self._skipped_at_last_log = 0
