@@ -169,6 +169,9 @@ class LossScaleMonitorTest(tf.test.TestCase):
                 tags.update(v.tag for v in event.summary.value)
         self.assertIn("epoch_loss_scale", tags)
         self.assertIn("epoch_skipped_steps", tags)
+        self.assertIn("epoch_last_overflow_count", tags)
+        # Each bad batch overflows in all four weights (two Dense layers).
+        self.assertEqual(history.history["last_overflow_count"], [4, 4])
 
     def test_batch_frequency(self):
         logged = []
