@@ -211,3 +211,23 @@ def test_in_xla_context_hook():
                                 lambda: tf.constant(1)), jit_compile=True)()
     assert seen == {"function": False, "jit": True, "jit_cond": True}
     assert not compat.in_xla_context()  # Eager.
+
+
+def test_cond_not_lowered_hook():
+    counter = tf.Variable(0)
+
+    def step(pred):
+        compat.cond_not_lowered(pred, lambda: counter.assign_add(1),
+                                lambda: counter.assign_add(10))
+
+    fn = tf.function(step)
+    graph = fn.get_concrete_function(tf.constant(True)).graph
+    ifs = [op for op in graph.get_operations() if op.type in ("If",
+                                                             "StatelessIf")]
+    assert len(ifs) == 1
+    assert ifs[0].get_attr("_lower_using_switch_merge") is False
+    fn(tf.constant(True))
+    fn(tf.constant(False))
+    step(tf.constant(True))  # Eager: plain Python.
+    tf.function(step, jit_compile=True)(tf.constant(False))
+    assert int(counter.numpy()) == 22
