@@ -237,3 +237,32 @@ class UnscaleTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class HandedOutTest(tf.test.TestCase):
+    def test_finds_the_packed_gradients_by_identity_once(self):
+        seen = []
+
+        @tf.function
+        def probe():
+            handed_out = gradients.HandedOut()
+            grads = [tf.ones([2]), None, tf.zeros([2])]
+            packed = gradients.pack(grads)
+            unpacked = handed_out.remember(packed.unpack(), packed)
+            again = handed_out.remember(packed.unpack(), packed)
+            equal_values = [None if g is None else tf.identity(g)
+                            for g in unpacked]
+            seen.extend([handed_out.take(list(unpacked)) is packed,
+                         handed_out.take(list(unpacked)) is None,  # Used up.
+                         handed_out.take(equal_values) is None,
+                         handed_out.take(again) is packed])
+
+        probe.get_concrete_function()  # Tracing runs it.
+        self.assertEqual(seen, [True, True, True, True])
+
+    def test_keeps_nothing_eagerly(self):
+        handed_out = gradients.HandedOut()
+        grads = [tf.ones([2]), tf.zeros([2])]
+        packed = gradients.pack(grads)
+        unpacked = handed_out.remember(packed.unpack(), packed)
+        self.assertIsNone(handed_out.take(unpacked))

@@ -1,11 +1,15 @@
 """Tests for tf_lso._src.loss_scale_optimizer (the TF 2.4 class)."""
 
+import contextlib
+from unittest import mock
+
 import keras
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
+from tf_lso._src import gradients as gradients_lib
 
 import test_util
 
@@ -480,6 +484,94 @@ class PlainPathTest(tf.test.TestCase, parameterized.TestCase):
             for a, b in zip(opt.inner_optimizer.variables, bare.variables):
                 self.assertAllEqual(a, b)
         self.assertEqual(int(opt.skipped_steps), 2)
+
+
+class ReusedPackingTest(tf.test.TestCase, parameterized.TestCase):
+    """The TF 2.x protocol packs once: `apply_gradients` reuses what
+    `get_unscaled_gradients` packed (`gradients.HandedOut`)."""
+
+    def _setup(self, strategy):
+        rng = np.random.default_rng(1)
+        with strategy.scope():
+            variables = [tf.Variable(tf.constant(rng.normal(size=(4, 4)),
+                                                 tf.float32))
+                         for _ in range(3)]
+            variables += [tf.Variable(tf.constant(rng.normal(size=(10, 4)),
+                                                  tf.float32)),
+                          tf.Variable(tf.zeros([4]))]
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(0.01, momentum=0.9), initial_scale=8,
+                dynamic_growth_steps=2)
+        ids = tf.constant([[1, 3], [3, 7]])
+
+        def loss_fn(factor):
+            *kernels, table, bias = variables
+            h = tf.reduce_mean(tf.gather(table, ids), axis=1)  # IndexedSlices
+            for kernel in kernels:
+                h = tf.tanh(h @ kernel + bias)
+            return tf.reduce_sum(tf.square(h)) * factor
+
+        def step(factor, change=None):
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(loss_fn(factor))
+            grads = opt.get_unscaled_gradients(
+                tape.gradient(scaled, variables))
+            if change is not None:
+                grads = change(grads)
+            opt.apply_gradients(zip(grads, variables))
+
+        return variables, opt, step
+
+    def test_traced_step_stacks_once(self):
+        _, _, step = self._setup(tf.distribute.get_strategy())
+        graph = tf.function(step).get_concrete_function(
+            tf.constant(1.0)).graph
+        # One group of same-shaped small gradients: the three 4x4 kernels'.
+        stacks = [op for op in graph.get_operations() if op.type == "Pack"
+                  and op.outputs[0].shape.as_list() == [3, 4, 4]]
+        self.assertLen(stacks, 1)
+
+    @parameterized.product(strategy_name=["default", "mirrored"],
+                           use_tf_function=[False, True])
+    def test_matches_the_plain_path_bit_for_bit(self, strategy_name,
+                                                use_tf_function):
+        strategy = test_util.STRATEGIES[strategy_name]()
+        factors = [1.0, 1e38, 1.0, 1.0, np.inf, 1.0, 1.0, 1.0]
+        runs = []
+        for reuse in (True, False):
+            variables, opt, step = self._setup(strategy)
+            run = test_util.maybe_function(
+                lambda f: strategy.run(step, args=(f,)), use_tf_function)
+            patch = (contextlib.nullcontext() if reuse else mock.patch.object(
+                gradients_lib.HandedOut, "take", lambda self, grads: None))
+            with patch:
+                for factor in factors:
+                    run(tf.constant(factor, tf.float32))
+            runs.append([test_util.local_values(strategy, v)[0]
+                         for v in variables + list(opt.variables)]
+                        + [test_util.num(opt.loss_scale),
+                           test_util.num(opt.skipped_steps)])
+        self.assertEqual(int(runs[0][-1]), 2)
+        for ours, plain in zip(*runs):
+            self.assertAllEqual(ours, plain)
+
+    @parameterized.parameters(False, True)
+    def test_a_changed_list_is_packed_afresh(self, use_tf_function):
+        def halve(grads):  # New tensors: the packed ones must not be used.
+            return [_unscale_one(g, 0.5) for g in grads]
+
+        results = []
+        for change in (halve, None):
+            variables, opt, step = self._setup(tf.distribute.get_strategy())
+            if change is None:  # The same update, spelled as a learning rate.
+                opt.learning_rate = 0.005
+            run = test_util.maybe_function(
+                lambda f, change=change: step(f, change), use_tf_function)
+            for factor in (1.0, 1.0, 1.0):
+                run(tf.constant(factor))
+            results.append([v.numpy() for v in variables])
+        for halved, slower in zip(*results):
+            self.assertAllClose(halved, slower, rtol=1e-6, atol=1e-7)
 
 
 def _unscale_one(grad, reciprocal):

@@ -139,6 +139,40 @@ def unscale_gradients(grads, scale):
     return pack(grads).unscaled(scale).unpack()
 
 
+class HandedOut:
+    """Packed gradients handed out unpacked, found again by identity.
+
+    The TF 2.x protocol unscales the gradients (`get_unscaled_gradients`,
+    which packs them) and passes that very list to `apply_gradients`, which
+    would pack it again. Remembering the `Packed` behind each list handed out
+    saves that second stack and unstack. Only lists of graph tensors are
+    remembered (inside a `tf.function`, where the ops are paid on every
+    step; eager gradients are not kept alive). An entry is used at most
+    once; any other list, even an equal one, is packed afresh.
+    """
+
+    _MAX_ENTRIES = 8  # Replica threads each trace their own; keep it small.
+
+    def __init__(self):
+        self._entries = {}
+
+    def remember(self, grads, packed):
+        """Records that `grads` is `packed.unpack()`; returns `grads`."""
+        if not tf.executing_eagerly():
+            if len(self._entries) >= self._MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[tuple(map(id, grads))] = (grads, packed)
+        return grads
+
+    def take(self, grads):
+        """The `Packed` that `grads` was handed out from, or None."""
+        entry = self._entries.pop(tuple(map(id, grads)), None)
+        if entry is None or len(entry[0]) != len(grads) or any(
+                a is not b for a, b in zip(entry[0], grads)):
+            return None
+        return entry[1]
+
+
 def multiply_gradients(grads, factor):
     """Multiplies every gradient by the float32 `factor` cast to its dtype.
 

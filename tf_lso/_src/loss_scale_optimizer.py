@@ -107,6 +107,7 @@ class LossScaleOptimizer(
         self._inner = adapter
         self._loss_scale = loss_scale
         self._keras_scaled_loss = False
+        self._handed_out = gradients_lib.HandedOut()
         self._skipped_steps = loss_scale_lib.state_variable(
             0, tf.int64, "skipped_steps"
         )
@@ -244,7 +245,8 @@ class LossScaleOptimizer(
             A list of unscaled gradients, in the same order.
         """
         self._keras_scaled_loss = False
-        return gradients_lib.unscale_gradients(list(grads), self._loss_scale())
+        packed = gradients_lib.pack(list(grads)).unscaled(self._loss_scale())
+        return self._handed_out.remember(packed.unpack(), packed)
 
     def scale_loss(self, loss):
         """Keras 3's loss scaling: scales `loss` for the next apply.
@@ -340,9 +342,12 @@ class LossScaleOptimizer(
         self._inner.check_variables(self._optimizer, var_list)
         # Small gradients travel stacked (see gradients.Packed): one op
         # unscales or checks many of them, and the cond gets few inputs.
-        packed = gradients_lib.pack(grads)
-        if scaled:
-            packed = packed.unscaled(self._loss_scale())
+        # The TF 2.x protocol's get_unscaled_gradients packed them already.
+        packed = None if scaled else self._handed_out.take(grads)
+        if packed is None:
+            packed = gradients_lib.pack(grads)
+            if scaled:
+                packed = packed.unscaled(self._loss_scale())
         if (
             aggregate
             and not self._inner.aggregates_before_clipping
@@ -357,7 +362,8 @@ class LossScaleOptimizer(
 
         def apply_fn(values, aux, var_list):
             # Every gradient must come from the branch's graph: a mix of
-            # captured and branch tensors breaks the all-reduce's gradient.
+            # captured and branch tensors breaks the gradient of Keras 3's
+            # all-reduce (a custom_gradient, used even with no strategy).
             grads = packed.unpack([tf.identity(v) for v in values], aux)
             self._inner.apply(
                 self._optimizer, list(zip(grads, var_list)), name, aggregate
