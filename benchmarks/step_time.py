@@ -254,11 +254,24 @@ def _write(path, table, args):
                f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
                f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
                f"tf_keras {tf_keras.__version__}")
+    text = header.format(date=datetime.date.today().isoformat(),
+                         machine=machine, rounds=args.rounds, table=table)
+    if os.path.exists(path):  # benchmarks/ablation.py's tables stay.
+        old = open(path).read()
+        for marker in ("ablation", "mirrored"):
+            text = _keep_block(old, text, marker)
     with open(path, "w") as f:
-        f.write(header.format(
-            date=datetime.date.today().isoformat(), machine=machine,
-            rounds=args.rounds, table=table,
-        ))
+        f.write(text)
+
+
+def _keep_block(old, new, marker):
+    """`new` with the text between `marker`'s comment lines taken from `old`."""
+    begin, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+    if begin not in old or begin not in new:
+        return new
+    kept = old.split(begin, 1)[1].split(end, 1)[0]
+    head, rest = new.split(begin, 1)
+    return head + begin + kept + end + rest.split(end, 1)[1]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,340 @@
+"""Where tf_lso's step overhead goes: an ablation, side by side.
+
+    .venv/bin/python benchmarks/ablation.py [--rounds N] [--output PATH]
+    .venv/bin/python benchmarks/ablation.py --mirrored
+
+Builds the bare optimizer's step up to tf_lso's one piece at a time and times
+every variant in one process, with interleaved rounds (A B C ... A B C ...),
+reporting the median step time as a ratio to the bare step:
+
+  bare            Keras 3 SGD(momentum=0.9), apply_gradients
+  check           + tf_lso's finite check of the gradients (its result is
+                  returned, not used by the update)
+  barrier         + the check as a control dependency of the update
+  cond_flag       the update inside a lowered tf.cond on a True flag variable
+  cond_flag_if    the same cond, not lowered (one If op)
+  cond_check      the update inside a lowered tf.cond on the check
+  cond_check_if   the same, not lowered
+  tf_lso_*        tf_lso.LossScaleOptimizer (Keras 3 protocol, and the TF 2.x
+                  protocol), as it ships, and with each candidate change
+                  switched to its other side (see CANDIDATES)
+
+`--mirrored` times bare Keras 3, Keras 3's LossScaleOptimizer and tf_lso in
+a custom loop under MirroredStrategy on two logical CPUs (the cost of the
+shared skip decision). The table goes into docs/performance.md, between the
+`ablation` markers (`--output ''` only prints it).
+"""
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from unittest import mock
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+MIRRORED = "--mirrored" in sys.argv
+import tensorflow as tf  # noqa: E402
+
+if MIRRORED:  # Before TensorFlow initialises its devices.
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0],
+        [tf.config.LogicalDeviceConfiguration()] * 2,
+    )
+
+import keras  # noqa: E402
+
+import tf_lso  # noqa: E402
+from tf_lso._src import compat  # noqa: E402
+from tf_lso._src import distribute  # noqa: E402
+from tf_lso._src import gradients as gradients_lib  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import step_time  # noqa: E402
+
+SHAPES = ("MLP 100 layers x 32 (200 vars)", "MLP 8 layers x 512 (16 vars)",
+          "Embedding 20000x64 + 2 dense (5 vars)", "1000 independent vars")
+MIRRORED_SHAPES = ("MLP 100 layers x 32 (200 vars)",
+                   "MLP 8 layers x 512 (16 vars)")
+
+
+@tf.autograph.experimental.do_not_convert
+def _take_nothing(self, grads):
+    return None
+
+
+# Candidate changes to tf_lso's step: label -> (a context manager that
+# switches to the other side while a variant is traced, the protocols it
+# concerns). "+x": tf_lso ships without x; "-x": tf_lso ships with x.
+CANDIDATES = {
+    "-cond_not_lowered": (
+        lambda: mock.patch.object(distribute, "_cond",
+                                  distribute._lowered_cond),
+        ("keras", "legacy")),
+    "-reuse_packing": (
+        lambda: mock.patch.object(gradients_lib.HandedOut, "take",
+                                  _take_nothing),
+        ("legacy",)),
+}
+
+
+def _grads(variables, loss_fn):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(variables)
+    return loss, tape.gradient(loss, variables)
+
+
+def _apply(opt, grads, variables):
+    return lambda: opt.apply_gradients(zip(grads, variables))
+
+
+def bare(opt, variables, loss_fn, flag):
+    loss, grads = _grads(variables, loss_fn)
+    opt.apply_gradients(zip(grads, variables))
+    return loss
+
+
+def check(opt, variables, loss_fn, flag):
+    loss, grads = _grads(variables, loss_fn)
+    opt.apply_gradients(zip(grads, variables))
+    return loss, gradients_lib.all_finite(grads)
+
+
+def _finite_per_tensor(grads):
+    return tf.reduce_all(tf.stack(
+        [tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+
+
+def check_per_tensor(opt, variables, loss_fn, flag):
+    loss, grads = _grads(variables, loss_fn)
+    opt.apply_gradients(zip(grads, variables))
+    return loss, _finite_per_tensor(grads)
+
+
+def barrier_per_tensor(opt, variables, loss_fn, flag):
+    loss, grads = _grads(variables, loss_fn)
+    with tf.control_dependencies([_finite_per_tensor(grads)]):
+        opt.apply_gradients(zip(grads, variables))
+    return loss
+
+
+def barrier(opt, variables, loss_fn, flag):
+    loss, grads = _grads(variables, loss_fn)
+    with tf.control_dependencies([gradients_lib.all_finite(grads)]):
+        opt.apply_gradients(zip(grads, variables))
+    return loss
+
+
+def _cond_step(pred_fn, lowered):
+    def step(opt, variables, loss_fn, flag):
+        loss, grads = _grads(variables, loss_fn)
+        pred = pred_fn(grads, flag)
+        apply = _apply(opt, grads, variables)
+        if lowered:
+            tf.cond(pred, lambda: _true(apply()), lambda: tf.constant(False))
+        else:
+            compat.cond_not_lowered(pred, apply, lambda: None)
+        return loss
+    return step
+
+
+def _true(_):
+    return tf.constant(True)
+
+
+def _flag(grads, flag):
+    return flag.read_value()
+
+
+def _check(grads, flag):
+    return gradients_lib.all_finite(grads)
+
+
+def keras_protocol(opt, variables, loss_fn, flag):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(variables)
+        scaled = opt.scale_loss(loss)
+    opt.apply_gradients(zip(tape.gradient(scaled, variables), variables))
+    return loss
+
+
+def legacy_protocol(opt, variables, loss_fn, flag):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(variables)
+        scaled = opt.get_scaled_loss(loss)
+    grads = opt.get_unscaled_gradients(tape.gradient(scaled, variables))
+    opt.apply_gradients(zip(grads, variables))
+    return loss
+
+
+def _lso():
+    return tf_lso.LossScaleOptimizer(step_time._sgd())
+
+
+def _variants():
+    """name: (make optimizer, step, candidate switched off or None)."""
+    variants = {
+        "bare": (step_time._sgd, bare, None),
+        "check": (step_time._sgd, check, None),
+        "barrier": (step_time._sgd, barrier, None),
+        "check_per_tensor": (step_time._sgd, check_per_tensor, None),
+        "barrier_per_tensor": (step_time._sgd, barrier_per_tensor, None),
+        "cond_flag": (step_time._sgd, _cond_step(_flag, True), None),
+        "cond_flag_if": (step_time._sgd, _cond_step(_flag, False), None),
+        "cond_check": (step_time._sgd, _cond_step(_check, True), None),
+        "cond_check_if": (step_time._sgd, _cond_step(_check, False), None),
+        "tf_lso_keras": (_lso, keras_protocol, None),
+        "tf_lso_legacy": (_lso, legacy_protocol, None),
+    }
+    steps = {"keras": keras_protocol, "legacy": legacy_protocol}
+    for candidate, (_, protocols) in CANDIDATES.items():
+        for protocol in protocols:
+            variants[f"tf_lso_{protocol} {candidate}"] = (
+                _lso, steps[protocol], candidate)
+    return variants
+
+
+def _make(make_opt, step, candidate, init, loss_fn, jit_compile):
+    variables = [tf.Variable(tf.constant(v, tf.float32)) for v in init]
+    flag = tf.Variable(True)
+    opt = make_opt()
+    opt.build(variables)  # No variables may be created inside a cond.
+    fn = tf.function(lambda: step(opt, variables, loss_fn, flag),
+                     jit_compile=jit_compile)
+    switch = CANDIDATES[candidate][0] if candidate else contextlib.nullcontext
+    with switch():
+        ops = step_time._op_count(fn.get_concrete_function())
+        for _ in range(3):  # trace, compile, create slots, warm caches
+            tf.nest.map_structure(lambda t: t.numpy(), fn())
+    return fn, ops
+
+
+def _time(fn, steps):
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = fn()
+    tf.nest.map_structure(lambda t: t.numpy(), out)
+    return (time.perf_counter() - start) / steps
+
+
+def _measure(fns, rounds, round_seconds):
+    slowest = max(_time(fn, 3) for fn in fns.values())
+    steps = max(5, int(round_seconds / slowest))
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():  # interleaved: A B C ... A B C ...
+            samples[name].append(_time(fn, steps))
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def measure(shape, jit_compile, rounds, round_seconds, only=()):
+    init, loss_fn = step_time.SHAPES[shape]()
+    fns, ops = {}, {}
+    for name, (make_opt, step, candidate) in _variants().items():
+        if only and name != "bare" and not any(o in name for o in only):
+            continue
+        start = time.perf_counter()
+        fns[name], ops[name] = _make(make_opt, step, candidate, init, loss_fn,
+                                     jit_compile)
+        print(f"  built {name} in {time.perf_counter() - start:.0f} s",
+              file=sys.stderr, flush=True)
+    medians = _measure(fns, rounds, round_seconds)
+    return {name: (medians[name], medians[name] / medians["bare"], ops[name])
+            for name in fns}
+
+
+def measure_mirrored(shape, rounds, round_seconds):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    init, loss_fn = step_time.SHAPES[shape]()
+    makers = {
+        "bare": (step_time._sgd, bare),
+        "keras_lso": (lambda: keras.optimizers.LossScaleOptimizer(
+            step_time._sgd()), keras_protocol),
+        "tf_lso_keras": (_lso, keras_protocol),
+        "tf_lso_legacy": (_lso, legacy_protocol),
+    }
+    fns = {}
+    for name, (make_opt, step) in makers.items():
+        with strategy.scope():
+            variables = [tf.Variable(tf.constant(v, tf.float32)) for v in init]
+            opt = make_opt()
+
+        def replica_step(opt=opt, variables=variables, step=step):
+            return step(opt, variables, loss_fn, None)
+
+        fn = tf.function(
+            lambda replica_step=replica_step: strategy.reduce(
+                "SUM", strategy.run(replica_step), axis=None))
+        for _ in range(3):
+            fn().numpy()
+        fns[name] = fn
+    medians = _measure(fns, rounds, round_seconds)
+    return {name: (medians[name], medians[name] / medians["bare"], None)
+            for name in fns}
+
+
+def _table(results):
+    names = list(next(iter(results.values())))
+    lines = ["| variant | " + " | ".join(f"{s} {m}" for s, m in results) + " |",
+             "|---|" + "---|" * len(results)]
+    for name in names:
+        cells = []
+        for row in results.values():
+            seconds, ratio, ops = row[name]
+            ops = "" if ops is None else f", {ops} ops"
+            cells.append(f"{ratio:.2f}× ({seconds * 1e3:.2f} ms{ops})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_block(path, marker, table):
+    """Replaces the text between `marker`'s begin/end lines in `path`."""
+    begin, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+    text = open(path).read()
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w") as f:
+        f.write(f"{head}{begin}\n{table}\n{end}{tail}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--round-seconds", type=float, default=0.1)
+    parser.add_argument("--mirrored", action="store_true")
+    parser.add_argument("--shapes", nargs="*")
+    parser.add_argument("--variants", nargs="*", default=(),
+                        help="only variants whose name contains one of "
+                        "these (and bare)")
+    parser.add_argument("--modes", nargs="*",
+                        default=["tf.function", "jit_compile"])
+    parser.add_argument(
+        "--output", default=os.path.join(step_time.ROOT, "docs",
+                                         "performance.md"))
+    args = parser.parse_args()
+    results = {}
+    if args.mirrored:
+        for shape in args.shapes or MIRRORED_SHAPES:
+            results[(shape, "MirroredStrategy x2")] = measure_mirrored(
+                shape, args.rounds, args.round_seconds)
+            print(f"measured {shape}", flush=True)
+    else:
+        for shape in args.shapes or SHAPES:
+            for mode in args.modes:
+                jit_compile = mode == "jit_compile"
+                results[(shape, mode)] = measure(shape, jit_compile,
+                                                 args.rounds,
+                                                 args.round_seconds,
+                                                 args.variants)
+                print(f"measured {shape}, {mode}", flush=True)
+    table = _table(results)
+    print(table)
+    if args.output:
+        write_block(args.output,
+                    "mirrored" if args.mirrored else "ablation", table)
+
+
+if __name__ == "__main__":
+    main()
