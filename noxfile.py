@@ -1,7 +1,9 @@
 """The TensorFlow/Keras pairs tf_lso supports, each a nox session.
 
-    nox -t ci      # the oldest and the newest pair (the README's test command)
+    nox -t ci      # lint, then the oldest and the newest pair (the README's
+                   # test command)
     nox -s tests   # every pair of the matrix
+    nox -s lint    # ruff (configured in ruff.toml)
     nox -s "tests(tf2.18.1-keras3.8.0)"   # one pair; `-- -k name` picks tests
 
 Each session installs exact versions of TensorFlow, Keras and tf_keras
@@ -15,7 +17,8 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["lint", "tests"]
+RUFF = "ruff==0.16.9"
 
 # (TensorFlow, Keras, tf_keras, tags). Every TensorFlow minor version from 2.16
 # to 2.21 with the lowest Keras it accepts (3.8 at least: see MIN_KERAS in
@@ -32,6 +35,13 @@ MATRIX = (
     ("2.21.0", "3.12.0", "2.21.0", ()),
     ("2.21.0", "3.15.1", "2.21.0", ("ci",)),  # the newest
 )
+
+
+@nox.session(python="3.11", tags=["ci"])
+def lint(session):
+    """Lints the whole tree with ruff (ruff.toml); seconds, before any test."""
+    session.install(RUFF)
+    session.run("ruff", "check", ".")
 
 
 @nox.session(python="3.11")

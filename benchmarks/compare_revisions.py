@@ -99,8 +99,9 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as directory:
         export_revision(args.revision, directory)
         sys.path.insert(0, directory)
-        import tf_lso
         import tf_lso_rev
+
+        import tf_lso
 
         print(f"| model | {args.revision} (ms) | this tree (ms) | ratio |")
         print("|---|---|---|---|")

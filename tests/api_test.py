@@ -64,7 +64,9 @@ def test_public_methods_have_docstrings():
 def test_docstring_examples(module):
     globs = {"tf": tf, "tf_lso": tf_lso, "keras": keras, "np": np}
     result = doctest.testmod(
-        module, extraglobs=globs, optionflags=doctest.ELLIPSIS, verbose=False
+        module, extraglobs=globs,
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+        verbose=False,
     )
     assert result.attempted > 0, f"{module.__name__} has no examples"
     assert result.failed == 0

@@ -10,6 +10,7 @@ same dependencies as TF 2.2's LossScaleOptimizer (`base_optimizer` and
 import keras
 import numpy as np
 import tensorflow as tf
+
 from test_util import tf_keras
 
 X = tf.constant([[1.0, 2.0], [3.0, -1.0]])

@@ -1,14 +1,14 @@
 """Checkpoints: tf_lso's TF 2.3+ layout and every layout it restores."""
 
-import checkpoint_fixtures as fixtures
 import keras
 import numpy as np
-import pytest
 import tensorflow as tf
-import test_util
 from absl.testing import parameterized
 
 import tf_lso
+
+import checkpoint_fixtures as fixtures
+import test_util
 
 NAN = float("nan")
 INF = float("inf")

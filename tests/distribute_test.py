@@ -61,10 +61,12 @@ class AggregationTest(tf.test.TestCase, parameterized.TestCase):
         run(tf.constant(False))
         # Summed once: 1 - (1 + 2), not 1 - 2 * (1 + 2).
         self.assertEqual(test_util.local_values(strategy, summed), [-2.0, -2.0])
-        self.assertEqual(test_util.local_values(strategy, reduced_by_user), [-2.0, -2.0])
+        self.assertEqual(test_util.local_values(strategy, reduced_by_user),
+                         [-2.0, -2.0])
         run(tf.constant(True))
         self.assertEqual(test_util.local_values(strategy, summed), [-2.0, -2.0])
-        self.assertEqual(test_util.local_values(strategy, reduced_by_user), [-2.0, -2.0])
+        self.assertEqual(test_util.local_values(strategy, reduced_by_user),
+                         [-2.0, -2.0])
         for optimizer in (opt, user_opt):
             self.assertEqual(float(optimizer.loss_scale), 2.0)
             self.assertEqual(test_util.num(optimizer.skipped_steps), 1)

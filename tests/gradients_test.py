@@ -3,7 +3,8 @@
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tf_lso._src import gradients

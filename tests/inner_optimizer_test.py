@@ -1,7 +1,6 @@
 """Tests for tf_lso._src.inner_optimizer: what can be wrapped, incl. tf_keras."""
 
 import keras
-import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
@@ -33,7 +32,8 @@ class WrappingTest(tf.test.TestCase, parameterized.TestCase):
             tf_lso.experimental.LossScaleOptimizer(make(), "dynamic")
 
     @parameterized.named_parameters(
-        ("int", 3), ("string", "sgd"), ("tf1", tf.compat.v1.train.GradientDescentOptimizer(1.0))
+        ("int", 3), ("string", "sgd"),
+        ("tf1", tf.compat.v1.train.GradientDescentOptimizer(1.0))
     )
     def test_non_optimizer_is_a_type_error(self, value):
         with self.assertRaisesRegex(
@@ -56,7 +56,8 @@ class WrappingTest(tf.test.TestCase, parameterized.TestCase):
         ("zero_scale", {"initial_scale": 0}, ValueError, "positive and finite"),
         ("string_scale", {"initial_scale": "3"}, TypeError, "must be a number"),
         ("zero_growth", {"dynamic_growth_steps": 0}, ValueError, "at least 1"),
-        ("float_growth", {"dynamic_growth_steps": 2.5}, ValueError, "must be an integer"),
+        ("float_growth", {"dynamic_growth_steps": 2.5}, ValueError,
+         "must be an integer"),
         ("nan_growth", {"dynamic_growth_steps": float("nan")}, ValueError,
          "`dynamic_growth_steps` must be an integer"),
         ("huge_scale", {"initial_scale": 1e39}, ValueError, "float32"),

@@ -191,7 +191,8 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
         for grad in [2.0, NAN, 1.0, 1.0]:
             step(tf.constant(grad))
             observed.append(
-                (test_util.num(var), float(opt.loss_scale), test_util.num(opt.dynamic_counter),
+                (test_util.num(var), float(opt.loss_scale),
+                 test_util.num(opt.dynamic_counter),
                  test_util.num(opt.iterations))
             )
         self.assertEqual(
@@ -282,7 +283,7 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
             @tf.function(jit_compile=jit)
             def step(grad):
-                opt.apply_gradients([(grad, var)])
+                opt.apply_gradients([(grad, var)])  # noqa: B023 (this loop's)
 
             for grad in ([1.0, 2.0], [NAN, 1.0], [0.5, -1.0]):
                 step(tf.constant(grad))
@@ -541,7 +542,8 @@ class ReusedPackingTest(tf.test.TestCase, parameterized.TestCase):
         for reuse in (True, False):
             variables, opt, step = self._setup(strategy)
             run = test_util.maybe_function(
-                lambda f: strategy.run(step, args=(f,)), use_tf_function)
+                lambda f, step=step: strategy.run(step, args=(f,)),
+                use_tf_function)
             patch = (contextlib.nullcontext() if reuse else mock.patch.object(
                 gradients_lib.HandedOut, "take", lambda self, grads: None))
             with patch:
@@ -566,7 +568,8 @@ class ReusedPackingTest(tf.test.TestCase, parameterized.TestCase):
             if change is None:  # The same update, spelled as a learning rate.
                 opt.learning_rate = 0.005
             run = test_util.maybe_function(
-                lambda f, change=change: step(f, change), use_tf_function)
+                lambda f, step=step, change=change: step(f, change),
+                use_tf_function)
             for factor in (1.0, 1.0, 1.0):
                 run(tf.constant(factor))
             results.append([v.numpy() for v in variables])

@@ -54,7 +54,8 @@ TRAJECTORIES = [
         [True, False] * 3 + [True],
         [32, 16, 16, 8, 8, 4, 4],
     ),
-    ("nondefault_multiplier", 4, 2, 3, [True, True, False, True, True], [4, 12, 4, 4, 12]),
+    ("nondefault_multiplier", 4, 2, 3, [True, True, False, True, True],
+     [4, 12, 4, 4, 12]),
     (
         "random_mix_good_and_bad_gradients",
         4,
@@ -292,7 +293,8 @@ class DynamicLossScaleTest(tf.test.TestCase, parameterized.TestCase):
         ("string_scale", {"initial_loss_scale": "abc"}, TypeError, "must be a number"),
         ("zero_scale", {"initial_loss_scale": 0}, ValueError, "positive and finite"),
         ("inf_scale", {"initial_loss_scale": float("inf")}, ValueError, "positive"),
-        ("fractional_period", {"increment_period": 2.7}, ValueError, "integer of at least 1"),
+        ("fractional_period", {"increment_period": 2.7}, ValueError,
+         "integer of at least 1"),
         ("zero_period", {"increment_period": 0}, ValueError, "integer of at least 1"),
         ("small_multiplier", {"multiplier": 0.5}, ValueError, "at least 1"),
     )

@@ -113,8 +113,8 @@ def checkpoint(strategy, workdir):
     _train(strategy, var, opt, [NO_OVERFLOW, 1, NO_OVERFLOW])
     chief = _task_id(strategy) == 0
     # Every worker saves (TF's multi-worker rule); only the chief's is kept.
-    target = os.path.join(workdir, "chief" if chief else "scratch-%d"
-                          % _task_id(strategy))
+    target = os.path.join(
+        workdir, "chief" if chief else f"scratch-{_task_id(strategy)}")
     path = tf.train.Checkpoint(var=var, optimizer=opt).write(
         os.path.join(target, "ckpt")
     )

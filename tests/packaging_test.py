@@ -77,3 +77,12 @@ def test_ci_script_runs_the_readme_test_command():
     script = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert script[-1] == command.group(1)
     assert "nox" in command.group(1) and "-t ci" in command.group(1)
+
+
+def test_ci_lints_first_with_a_pinned_ruff():
+    text = (ROOT / "noxfile.py").read_text()
+    lint = text.index("def lint(")
+    assert '@nox.session(python="3.11", tags=["ci"])\ndef lint(' in text
+    assert lint < text.index("def tests(")  # nox runs sessions in file order
+    assert re.search(r'RUFF = "ruff==\d+\.\d+\.\d+"', text)
+    assert (ROOT / "ruff.toml").exists()

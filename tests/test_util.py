@@ -15,7 +15,7 @@ def maybe_function(fn, use_tf_function):
     return tf.function(fn) if use_tf_function else fn
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mirrored_strategy():
     """One MirroredStrategy over the two logical CPUs for the whole run.
 
@@ -32,7 +32,7 @@ def default_strategy():
     return tf.distribute.get_strategy()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def one_device_strategy():
     return tf.distribute.OneDeviceStrategy("/cpu:0")
 

@@ -9,11 +9,13 @@ import numbers
 
 import keras
 
-from tf_lso._src import distribute, optimizer_config, serialization
-from tf_lso._src import validation
+from tf_lso._src import distribute
 from tf_lso._src import inner_optimizer as inner_lib
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import loss_scale_optimizer as lso_lib
+from tf_lso._src import optimizer_config
+from tf_lso._src import serialization
+from tf_lso._src import validation
 
 
 def _to_loss_scale(loss_scale):
@@ -78,7 +80,9 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
     >>> opt = tf_lso.experimental.LossScaleOptimizer(
     ...     tf.keras.optimizers.SGD(1.0), loss_scale="dynamic")
     >>> opt.loss_scale
-    DynamicLossScale(current_loss_scale=32768.0, num_good_steps=0, initial_loss_scale=32768.0, increment_period=2000, multiplier=2.0)
+    DynamicLossScale(current_loss_scale=32768.0, num_good_steps=0,
+                     initial_loss_scale=32768.0, increment_period=2000,
+                     multiplier=2.0)
     >>> float(opt.loss_scale())
     32768.0
     """

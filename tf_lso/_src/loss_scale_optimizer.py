@@ -1,4 +1,4 @@
-"""`tf_lso.LossScaleOptimizer`: TF 2.4's `tf.keras.mixed_precision.LossScaleOptimizer`."""
+"""`tf_lso.LossScaleOptimizer`: TF 2.4's tf.keras.mixed_precision class."""
 
 import keras
 import tensorflow as tf

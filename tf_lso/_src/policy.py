@@ -35,7 +35,9 @@ class Policy(keras.dtype_policies.FloatDTypePolicy):
     >>> policy.compute_dtype, policy.variable_dtype
     ('float16', 'float32')
     >>> policy.loss_scale
-    DynamicLossScale(current_loss_scale=32768.0, num_good_steps=0, initial_loss_scale=32768.0, increment_period=2000, multiplier=2.0)
+    DynamicLossScale(current_loss_scale=32768.0, num_good_steps=0,
+                     initial_loss_scale=32768.0, increment_period=2000,
+                     multiplier=2.0)
     >>> tf_lso.experimental.Policy("float32").loss_scale is None
     True
     """

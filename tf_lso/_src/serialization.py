@@ -53,7 +53,9 @@ def deserialize(config, custom_objects=None):
     ...     "class_name": "DynamicLossScale",
     ...     "config": {"initial_loss_scale": 8.0, "increment_period": 10,
     ...                "multiplier": 2.0}})
-    DynamicLossScale(current_loss_scale=8.0, num_good_steps=0, initial_loss_scale=8.0, increment_period=10, multiplier=2.0)
+    DynamicLossScale(current_loss_scale=8.0, num_good_steps=0,
+                     initial_loss_scale=8.0, increment_period=10,
+                     multiplier=2.0)
     """
     if (
         not isinstance(config, dict)
