@@ -260,6 +260,7 @@ def measure_mirrored(shape, rounds, round_seconds):
         with strategy.scope():
             variables = [tf.Variable(tf.constant(v, tf.float32)) for v in init]
             opt = make_opt()
+            opt.build(variables)  # Not on the first call of a tf.function.
 
         def replica_step(opt=opt, variables=variables, step=step):
             return step(opt, variables, loss_fn, None)
