@@ -27,6 +27,7 @@ shared skip decision). The table goes into docs/performance.md, between the
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
 import sys
@@ -245,8 +246,15 @@ def measure(shape, jit_compile, rounds, round_seconds, only=()):
             for name in fns}
 
 
+@functools.cache
+def _strategy():
+    # One per process: TensorFlow reuses collective keys across strategy
+    # objects ("Shape mismatch in the collective instance").
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
 def measure_mirrored(shape, rounds, round_seconds):
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = _strategy()
     init, loss_fn = step_time.SHAPES[shape]()
     makers = {
         "bare": (step_time._sgd, bare),

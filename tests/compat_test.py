@@ -231,3 +231,19 @@ def test_cond_not_lowered_hook():
     step(tf.constant(True))  # Eager: plain Python.
     tf.function(step, jit_compile=True)(tf.constant(False))
     assert int(counter.numpy()) == 22
+
+
+def test_cond_not_lowered_under_v1_control_flow():
+    # Graphs built with v1 control flow have no If op to keep.
+    with tf.Graph().as_default():
+        tf.compat.v1.disable_control_flow_v2()
+        try:
+            counter = tf.Variable(0)
+            compat.cond_not_lowered(tf.constant(True),
+                                    lambda: counter.assign_add(1),
+                                    lambda: counter.assign_add(10))
+            ops = {op.type for op in tf.compat.v1.get_default_graph()
+                   .get_operations()}
+        finally:
+            tf.compat.v1.enable_control_flow_v2()
+    assert "Merge" in ops and "If" not in ops

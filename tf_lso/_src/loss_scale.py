@@ -7,12 +7,29 @@ to know which one it holds.
 """
 
 import abc
+import typing
 
 import tensorflow as tf
 
 from tf_lso._src import gradients as gradients_lib
 from tf_lso._src import tensor_like
 from tf_lso._src import validation
+
+
+class OptimizerSettings(typing.NamedTuple):
+    """A loss scale as TF 2.4's optimizer arguments describe it.
+
+    Attributes:
+        dynamic: Whether the scale changes during training.
+        initial_scale: The initial (for a fixed scale: the only) value.
+        growth_steps: Finite steps between increases; None when fixed.
+        counter: The int64 variable counting finite steps; None when fixed.
+    """
+
+    dynamic: bool
+    initial_scale: float | None
+    growth_steps: int | None
+    counter: tf.Variable | None
 
 
 class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
@@ -94,9 +111,9 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
     def _optimizer_settings(self):
         """What an optimizer reports about this loss scale.
 
-        Returns a tuple `(dynamic, initial_scale, growth_steps, counter)` for
-        the optimizer properties of the same names, or None when this loss
-        scale cannot be described with the TF 2.4 optimizer arguments.
+        Returns an `OptimizerSettings` for the optimizer properties of the
+        same names, or None when this loss scale cannot be described with the
+        TF 2.4 optimizer arguments.
         """
         return None
 
@@ -171,7 +188,7 @@ class FixedLossScale(LossScale):
         return {"loss_scale_value": self._loss_scale_value}
 
     def _optimizer_settings(self):
-        return False, self._loss_scale_value, None, None
+        return OptimizerSettings(False, self._loss_scale_value, None, None)
 
     def __repr__(self):
         return f"FixedLossScale({self._loss_scale_value})"
@@ -357,12 +374,8 @@ class DynamicLossScale(LossScale):
     def _optimizer_settings(self):
         if self._multiplier != 2:
             return None
-        return (
-            True,
-            self._initial_loss_scale,
-            self._increment_period,
-            self.good_steps,
-        )
+        return OptimizerSettings(True, self._initial_loss_scale,
+                                 self._increment_period, self.good_steps)
 
     def __repr__(self):
         config = (

@@ -120,12 +120,14 @@ class LossScaleOptimizer(
     # -- Loss scale state ---------------------------------------------------
 
     def _settings(self):
-        return self._loss_scale._optimizer_settings() or (True, None, None, None)
+        # A custom LossScale (TF 2.1-2.3 allowed them) has no TF 2.4 settings.
+        return (self._loss_scale._optimizer_settings()
+                or loss_scale_lib.OptimizerSettings(True, None, None, None))
 
     @property
     def dynamic(self):
         """Whether the loss scale is updated during training."""
-        return self._settings()[0]
+        return self._settings().dynamic
 
     @property
     def loss_scale(self):
@@ -135,7 +137,7 @@ class LossScaleOptimizer(
     @property
     def dynamic_counter(self):
         """The int64 count of finite steps since the last change, or None."""
-        return self._settings()[3]
+        return self._settings().counter
 
     @property
     def skipped_steps(self):
@@ -180,12 +182,12 @@ class LossScaleOptimizer(
     @property
     def initial_scale(self):
         """The initial loss scale (a Python float)."""
-        return self._settings()[1]
+        return self._settings().initial_scale
 
     @property
     def dynamic_growth_steps(self):
         """Finite steps between increases (a Python int), or None if fixed."""
-        return self._settings()[2]
+        return self._settings().growth_steps
 
     def build(self, var_list):
         """Creates the inner optimizer's variables for `var_list`.
@@ -486,12 +488,12 @@ class LossScaleOptimizer(
             'dynamic_growth_steps'}`. The current loss scale and counter are
             state, not config: they live in checkpoints.
         """
-        dynamic, initial_scale, growth_steps, _ = self._settings()
+        settings = self._settings()
         return {
             "inner_optimizer": self._inner.serialize(self._optimizer),
-            "dynamic": dynamic,
-            "initial_scale": initial_scale,
-            "dynamic_growth_steps": growth_steps,
+            "dynamic": settings.dynamic,
+            "initial_scale": settings.initial_scale,
+            "dynamic_growth_steps": settings.growth_steps,
             **optimizer_config.health_config(self.max_consecutive_skips,
                                              self.print_overflows),
         }

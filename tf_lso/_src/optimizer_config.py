@@ -162,11 +162,10 @@ def upgrade_legacy_config(config):
             "a FixedLossScale nor a DynamicLossScale can no longer be "
             f"deserialized. Got: {loss_scale!r}."
         )
-    dynamic, initial_scale, growth_steps, _ = settings
     config.update(
-        dynamic=dynamic,
-        initial_scale=initial_scale,
-        dynamic_growth_steps=growth_steps,
+        dynamic=settings.dynamic,
+        initial_scale=settings.initial_scale,
+        dynamic_growth_steps=settings.growth_steps,
     )
     config["inner_optimizer"] = config.pop("optimizer")
     return config
