@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import functools
 import os
-import statistics
 import sys
 import time
 from unittest import mock
@@ -91,10 +90,14 @@ def _apply(opt, grads, variables):
     return lambda: opt.apply_gradients(zip(grads, variables))
 
 
-def bare(opt, variables, loss_fn, flag):
-    loss, grads = _grads(variables, loss_fn)
-    opt.apply_gradients(zip(grads, variables))
-    return loss
+def _without_flag(step):
+    """One of step_time's steps, in this file's step signature."""
+    return lambda opt, variables, loss_fn, flag: step(opt, variables, loss_fn)
+
+
+bare = _without_flag(step_time._plain_step)
+keras_protocol = _without_flag(step_time._keras_protocol_step)
+legacy_protocol = _without_flag(step_time._legacy_protocol_step)
 
 
 def check(opt, variables, loss_fn, flag):
@@ -153,23 +156,6 @@ def _check(grads, flag):
     return gradients_lib.all_finite(grads)
 
 
-def keras_protocol(opt, variables, loss_fn, flag):
-    with tf.GradientTape() as tape:
-        loss = loss_fn(variables)
-        scaled = opt.scale_loss(loss)
-    opt.apply_gradients(zip(tape.gradient(scaled, variables), variables))
-    return loss
-
-
-def legacy_protocol(opt, variables, loss_fn, flag):
-    with tf.GradientTape() as tape:
-        loss = loss_fn(variables)
-        scaled = opt.get_scaled_loss(loss)
-    grads = opt.get_unscaled_gradients(tape.gradient(scaled, variables))
-    opt.apply_gradients(zip(grads, variables))
-    return loss
-
-
 def _lso():
     return tf_lso.LossScaleOptimizer(step_time._sgd())
 
@@ -212,24 +198,6 @@ def _make(make_opt, step, candidate, init, loss_fn, jit_compile):
     return fn, ops
 
 
-def _time(fn, steps):
-    start = time.perf_counter()
-    for _ in range(steps):
-        out = fn()
-    tf.nest.map_structure(lambda t: t.numpy(), out)
-    return (time.perf_counter() - start) / steps
-
-
-def _measure(fns, rounds, round_seconds):
-    slowest = max(_time(fn, 3) for fn in fns.values())
-    steps = max(5, int(round_seconds / slowest))
-    samples = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():  # interleaved: A B C ... A B C ...
-            samples[name].append(_time(fn, steps))
-    return {name: statistics.median(s) for name, s in samples.items()}
-
-
 def measure(shape, jit_compile, rounds, round_seconds, only=()):
     init, loss_fn = step_time.SHAPES[shape]()
     fns, ops = {}, {}
@@ -241,7 +209,7 @@ def measure(shape, jit_compile, rounds, round_seconds, only=()):
                                      jit_compile)
         print(f"  built {name} in {time.perf_counter() - start:.0f} s",
               file=sys.stderr, flush=True)
-    medians = _measure(fns, rounds, round_seconds)
+    medians = step_time.interleaved_medians(fns, rounds, round_seconds)
     return {name: (medians[name], medians[name] / medians["bare"], ops[name])
             for name in fns}
 
@@ -279,7 +247,7 @@ def measure_mirrored(shape, rounds, round_seconds):
         for _ in range(3):
             fn().numpy()
         fns[name] = fn
-    medians = _measure(fns, rounds, round_seconds)
+    medians = step_time.interleaved_medians(fns, rounds, round_seconds)
     return {name: (medians[name], medians[name] / medians["bare"], None)
             for name in fns}
 
@@ -300,12 +268,9 @@ def _table(results):
 
 def write_block(path, marker, table):
     """Replaces the text between `marker`'s begin/end lines in `path`."""
-    begin, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
-    text = open(path).read()
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
+    text = step_time.replace_block(open(path).read(), marker, f"\n{table}\n")
     with open(path, "w") as f:
-        f.write(f"{head}{begin}\n{table}\n{end}{tail}")
+        f.write(text)
 
 
 def main():

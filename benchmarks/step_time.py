@@ -177,9 +177,21 @@ def _make(variant, init, loss_fn, jit_compile):
 def _time(fn, steps):
     start = time.perf_counter()
     for _ in range(steps):
-        loss = fn()
-    loss.numpy()
+        out = fn()
+    tf.nest.map_structure(lambda t: t.numpy(), out)
     return (time.perf_counter() - start) / steps
+
+
+def interleaved_medians(fns, rounds, round_seconds):
+    """Median step time of each of `fns`, timed in interleaved rounds."""
+    # Steps per round: about `round_seconds` for the slowest function.
+    slowest = max(_time(fn, 3) for fn in fns.values())
+    steps = max(5, int(round_seconds / slowest))
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():  # interleaved: A B C ... A B C ...
+            samples[name].append(_time(fn, steps))
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def measure(shape, jit_compile, rounds, round_seconds):
@@ -191,14 +203,7 @@ def measure(shape, jit_compile, rounds, round_seconds):
                                                jit_compile)
         except Exception as e:  # e.g. an op XLA cannot compile
             failed[variant] = f"{type(e).__name__}"
-    # Steps per round: about `round_seconds` for the slowest variant.
-    slowest = max(_time(fn, 3) for fn in fns.values())
-    steps = max(5, int(round_seconds / slowest))
-    samples = {variant: [] for variant in fns}
-    for _ in range(rounds):
-        for variant, fn in fns.items():  # interleaved: A B C ... A B C ...
-            samples[variant].append(_time(fn, steps))
-    medians = {v: statistics.median(s) for v, s in samples.items()}
+    medians = interleaved_medians(fns, rounds, round_seconds)
 
     def cell(variant, base):
         if variant in failed:
@@ -264,14 +269,23 @@ def _write(path, table, args):
         f.write(text)
 
 
+def _markers(marker):
+    return f"<!-- {marker} -->", f"<!-- /{marker} -->"
+
+
+def replace_block(text, marker, content):
+    """`text` with `content` between `marker`'s begin and end comments."""
+    begin, end = _markers(marker)
+    head, rest = text.split(begin, 1)
+    return head + begin + content + end + rest.split(end, 1)[1]
+
+
 def _keep_block(old, new, marker):
     """`new` with the text between `marker`'s comment lines taken from `old`."""
-    begin, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+    begin, end = _markers(marker)
     if begin not in old or begin not in new:
         return new
-    kept = old.split(begin, 1)[1].split(end, 1)[0]
-    head, rest = new.split(begin, 1)
-    return head + begin + kept + end + rest.split(end, 1)[1]
+    return replace_block(new, marker, old.split(begin, 1)[1].split(end, 1)[0])
 
 
 if __name__ == "__main__":

@@ -207,7 +207,7 @@ class UnscaleTest(tf.test.TestCase, parameterized.TestCase):
 
         def unscale(grads):
             value = tf.constant(scale) if static else variable.read_value()
-            return gradients.unscale_gradients(grads, value)
+            return gradients.pack(grads).unscaled(value).unpack()
 
         if mode != "eager":
             unscale = tf.function(unscale, jit_compile=mode == "jit")
@@ -227,7 +227,7 @@ class UnscaleTest(tf.test.TestCase, parameterized.TestCase):
                  tf.constant(rng.normal(size=(3,)), tf.float16)]
         for scale in (1000.0, 3.0, 2.0**126, 0.5):
             unscale = test_util.maybe_function(
-                lambda g, s: gradients.unscale_gradients(g, s),
+                lambda g, s: gradients.pack(g).unscaled(s).unpack(),
                 use_tf_function,
             )
             result = unscale(grads, tf.constant(scale))

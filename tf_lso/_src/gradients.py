@@ -131,14 +131,6 @@ def scale_by(value, factor):
 HUGE_SCALE = 2.0**126
 
 
-def unscale_gradients(grads, scale):
-    """Divides every gradient by the float32 `scale` (see `Packed.unscaled`).
-
-    Returns a list; `None` entries stay `None`, `IndexedSlices` stay sparse.
-    """
-    return pack(grads).unscaled(scale).unpack()
-
-
 class HandedOut:
     """Packed gradients handed out unpacked, found again by identity.
 
@@ -167,8 +159,7 @@ class HandedOut:
     def take(self, grads):
         """The `Packed` that `grads` was handed out from, or None."""
         entry = self._entries.pop(tuple(map(id, grads)), None)
-        if entry is None or len(entry[0]) != len(grads) or any(
-                a is not b for a, b in zip(entry[0], grads)):
+        if entry is None or any(a is not b for a, b in zip(entry[0], grads)):
             return None
         return entry[1]
 
