@@ -1,7 +1,7 @@
 """Where tf_lso's step overhead goes: an ablation, side by side.
 
     .venv/bin/python benchmarks/ablation.py [--rounds N] [--output PATH]
-    .venv/bin/python benchmarks/ablation.py --mirrored
+    .venv/bin/python benchmarks/ablation.py --mirrored [--eager]
 
 Builds the bare optimizer's step up to tf_lso's one piece at a time and times
 every variant in one process, with interleaved rounds (A B C ... A B C ...),
@@ -22,7 +22,8 @@ reporting the median step time as a ratio to the bare step:
 `--mirrored` times bare Keras 3, Keras 3's LossScaleOptimizer and tf_lso in
 a custom loop under MirroredStrategy on two logical CPUs (the cost of the
 shared skip decision). The table goes into docs/performance.md, between the
-`ablation` markers (`--output ''` only prints it).
+`ablation` markers (`--output ''` only prints it). `--mirrored --eager` runs
+that loop eagerly (`strategy.run` outside `tf.function`).
 """
 
 import argparse
@@ -221,7 +222,7 @@ def _strategy():
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
-def measure_mirrored(shape, rounds, round_seconds):
+def measure_mirrored(shape, rounds, round_seconds, eager=False):
     strategy = _strategy()
     init, loss_fn = step_time.SHAPES[shape]()
     makers = {
@@ -241,9 +242,12 @@ def measure_mirrored(shape, rounds, round_seconds):
         def replica_step(opt=opt, variables=variables, step=step):
             return step(opt, variables, loss_fn, None)
 
-        fn = tf.function(
-            lambda replica_step=replica_step: strategy.reduce(
-                "SUM", strategy.run(replica_step), axis=None))
+        def fn(replica_step=replica_step):
+            return strategy.reduce("SUM", strategy.run(replica_step),
+                                   axis=None)
+
+        if not eager:
+            fn = tf.function(fn)
         for _ in range(3):
             fn().numpy()
         fns[name] = fn
@@ -278,6 +282,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--round-seconds", type=float, default=0.1)
     parser.add_argument("--mirrored", action="store_true")
+    parser.add_argument("--eager", action="store_true",
+                        help="with --mirrored: an eager loop (strategy.run "
+                        "outside tf.function)")
     parser.add_argument("--shapes", nargs="*")
     parser.add_argument("--variants", nargs="*", default=(),
                         help="only variants whose name contains one of "
@@ -291,8 +298,9 @@ def main():
     results = {}
     if args.mirrored:
         for shape in args.shapes or MIRRORED_SHAPES:
-            results[(shape, "MirroredStrategy x2")] = measure_mirrored(
-                shape, args.rounds, args.round_seconds)
+            mode = "MirroredStrategy x2" + (", eager" if args.eager else "")
+            results[(shape, mode)] = measure_mirrored(
+                shape, args.rounds, args.round_seconds, args.eager)
             print(f"measured {shape}", flush=True)
     else:
         for shape in args.shapes or SHAPES:
@@ -306,8 +314,10 @@ def main():
     table = _table(results)
     print(table)
     if args.output:
-        write_block(args.output,
-                    "mirrored" if args.mirrored else "ablation", table)
+        marker = "ablation"
+        if args.mirrored:
+            marker = "mirrored_eager" if args.eager else "mirrored"
+        write_block(args.output, marker, table)
 
 
 if __name__ == "__main__":

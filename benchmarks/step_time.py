@@ -263,7 +263,7 @@ def _write(path, table, args):
                          machine=machine, rounds=args.rounds, table=table)
     if os.path.exists(path):  # benchmarks/ablation.py's tables stay.
         old = open(path).read()
-        for marker in ("ablation", "mirrored"):
+        for marker in ("ablation", "mirrored", "mirrored_eager"):
             text = _keep_block(old, text, marker)
     with open(path, "w") as f:
         f.write(text)
