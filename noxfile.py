@@ -5,6 +5,8 @@
     nox -s tests   # every pair of the matrix
     nox -s lint    # ruff (configured in ruff.toml)
     nox -s "tests(tf2.18.1-keras3.8.0)"   # one pair; `-- -k name` picks tests
+    nox -s benchmarks   # docs/performance.md, measured anew (over an hour);
+                        # `-- ablation.py --mirrored` runs one benchmark
 
 Each session installs exact versions of TensorFlow, Keras and tf_keras
 together with tf_lso's own `tensorflow` and `test` extras, so pip fails the
@@ -62,3 +64,27 @@ def tests(session, tensorflow, keras, tf_keras):
         ".[tensorflow,test]",
     )
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
+
+
+BENCHMARKS = (
+    ("step_time.py",),
+    ("ablation.py",),
+    ("ablation.py", "--mirrored"),
+    ("ablation.py", "--mirrored", "--eager"),
+)
+
+
+@nox.session(python="3.11")
+def benchmarks(session):
+    """Runs benchmarks/ on the newest pair; they rewrite docs/performance.md."""
+    tensorflow, keras, tf_keras, _ = MATRIX[-1]
+    session.install(
+        f"tensorflow=={tensorflow}",
+        f"keras=={keras}",
+        f"tf-keras=={tf_keras}",
+        "-e",
+        ".[tensorflow,test]",
+    )
+    script, *args = session.posargs or (None,)
+    for command in ((script, *args),) if script else BENCHMARKS:
+        session.run("python", f"benchmarks/{command[0]}", *command[1:])
