@@ -48,6 +48,29 @@ class InnerForwardingTest(tf.test.TestCase):
         with self.assertRaises(AttributeError):
             opt.loss_scale = 2.0
 
+    def test_only_hyperparameters_are_forwarded(self):
+        # The list is derived: the keys of the inner optimizer's config.
+        inner = keras.optimizers.SGD(1.0, momentum=0.5)
+        inner.custom_state = 1  # Public, but not a hyperparameter.
+        opt = tf_lso.LossScaleOptimizer(inner)
+        self.assertEqual(opt.momentum, 0.5)
+        self.assertIn("momentum", dir(opt))
+        self.assertNotIn("custom_state", dir(opt))
+        with self.assertRaisesRegex(
+            AttributeError,
+            r"no attribute 'custom_state'.*inner optimizer SGD.*'momentum'",
+        ):
+            opt.custom_state  # noqa: B018
+        self.assertEqual(opt.inner_optimizer.custom_state, 1)
+        opt.custom_state = 2  # Not forwarded: the wrapper's own attribute.
+        self.assertEqual(inner.custom_state, 1)
+
+    def test_tf2_private_inner_optimizer_attribute(self):
+        # TF's class kept the inner optimizer in `_optimizer`; TF 2.x code
+        # reads it.
+        inner = keras.optimizers.SGD(1.0)
+        self.assertIs(tf_lso.LossScaleOptimizer(inner)._optimizer, inner)
+
     def test_iterations_get_and_set(self):
         inner = keras.optimizers.SGD(1.0)
         opt = tf_lso.LossScaleOptimizer(inner)

@@ -89,9 +89,9 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
 
     def __init__(self, optimizer, loss_scale, *, max_consecutive_skips=None,
                  print_overflows=False):
-        adapter = inner_lib.adapter_for(optimizer, "optimizer")
+        inner = inner_lib.wrap(optimizer, "optimizer")
         distribute.check_strategy_supported()
-        self._init_wrapper(optimizer, adapter, _to_loss_scale(loss_scale),
+        self._init_wrapper(inner, _to_loss_scale(loss_scale),
                            max_consecutive_skips, print_overflows)
 
     @property
@@ -109,7 +109,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         """
         if self._loss_scale._optimizer_settings() is None:
             return {
-                "optimizer": self._inner.serialize(self._optimizer),
+                "optimizer": self._inner.serialize(),
                 "loss_scale": serialization.serialize(self._loss_scale),
                 **optimizer_config.health_config(self.max_consecutive_skips,
                                                  self.print_overflows),

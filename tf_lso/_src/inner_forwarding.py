@@ -1,10 +1,12 @@
-"""Reading and writing the inner optimizer's attributes through the wrapper.
+"""The inner optimizer's attributes, read and written through the wrapper.
 
-Explicit properties forward the attributes every optimizer has (learning
-rate, clipping, iterations, ...). Any other *public* attribute that only the
-inner optimizer has (Adam's `beta_1`, ...) is read with `__getattr__`, which
-Python calls only after normal lookup failed, and written with a check in
-`__setattr__`. Nothing else is forwarded.
+`InnerOptimizerForwarding` is the base of `LossScaleOptimizer`. Explicit
+properties forward what every optimizer has (learning rate, clipping,
+iterations, variables, slots). Other attributes are forwarded by an explicit,
+derived list: the inner optimizer's hyperparameters, i.e. the keys of its
+`get_config()` (Adam's `beta_1`, ...). Anything else is the wrapper's own,
+and an unknown attribute raises an AttributeError naming the inner
+optimizer.
 """
 
 
@@ -19,29 +21,39 @@ def _forwarded(name):
     """A property that reads and writes `name` on the inner optimizer."""
 
     def fget(self):
-        return getattr(self._optimizer, name)
+        return getattr(self.inner_optimizer, name)
 
     def fset(self, value):
         # Keras's base constructor assigns its own defaults (clipnorm=None,
-        # ...) before the wrapper is ready; those must not reach the inner.
-        if self.__dict__.get("_wrapper_ready"):
-            setattr(self._optimizer, name, value)
+        # ...) before the inner optimizer is set; those must not reach it.
+        if _is_wrapping(self):
+            setattr(self.inner_optimizer, name, value)
 
     return property(fget, fset, doc=f"The inner optimizer's `{name}`.")
 
 
-class InnerOptimizerForwarding:
-    """Mixin for an optimizer wrapper holding `_optimizer` and `_inner`.
+def _is_wrapping(wrapper):
+    return "_inner" in wrapper.__dict__
 
-    `_optimizer` is the wrapped optimizer and `_inner` its adapter from
-    `inner_optimizer.adapter_for`. Forwarding starts once the wrapper sets
-    `_wrapper_ready`.
+
+class InnerOptimizerForwarding:
+    """A Keras optimizer whose optimizer state is another optimizer's.
+
+    Subclasses set one attribute, `_inner` (an
+    `inner_optimizer.InnerOptimizer`), after Keras's constructor has run;
+    forwarding starts then.
     """
 
     @property
     def inner_optimizer(self):
         """The optimizer that this LossScaleOptimizer wraps."""
-        return self._optimizer
+        return self._inner.optimizer
+
+    @property
+    def _optimizer(self):
+        # TF's LossScaleOptimizer kept the inner optimizer here, and TF 2.x
+        # code reads it (`python -m tf_lso check` suggests inner_optimizer).
+        return self._inner.optimizer
 
     @property
     def learning_rate(self):
@@ -52,7 +64,7 @@ class InnerOptimizerForwarding:
         (`opt.learning_rate(opt.iterations)`), Keras 3 code uses it as the
         current value.
         """
-        return self._inner.learning_rate(self._optimizer)
+        return self._inner.learning_rate()
 
     learning_rate = learning_rate.setter(_forwarded("learning_rate").fset)
     clipnorm = _forwarded("clipnorm")
@@ -76,47 +88,58 @@ class InnerOptimizerForwarding:
     @property
     def iterations(self):
         """The inner optimizer's step counter (skipped steps count too)."""
-        return self._optimizer.iterations
+        return self._inner.iterations
 
     @iterations.setter
     def iterations(self, value):
-        if self.__dict__.get("_wrapper_ready"):
-            self._inner.set_iterations(self._optimizer, value)
+        if _is_wrapping(self):
+            self._inner.set_iterations(value)
+
+    def _forwards(self, name):
+        return (
+            _is_wrapping(self)
+            and not name.startswith("_")
+            and name in self._inner.hyperparameter_names()
+        )
 
     def __getattr__(self, name):
-        # Only reached when normal lookup fails: public attributes of the
-        # inner optimizer (Adam's `beta_1`, ...) read through.
-        inner = self.__dict__.get("_optimizer")
-        if not name.startswith("_") and inner is not None:
-            try:
-                return getattr(inner, name)
-            except AttributeError:
-                pass
+        # Only reached when normal lookup fails.
+        if self._forwards(name):
+            return getattr(self._inner.optimizer, name)
+        inner = self.__dict__.get("_inner")
+        hint = "" if inner is None else (
+            f" Besides its own attributes it forwards the hyperparameters of "
+            f"its inner optimizer {type(inner.optimizer).__name__} (the keys "
+            f"of its get_config()): {sorted(inner.hyperparameter_names())}. "
+            "Other attributes of the inner optimizer are on "
+            "`inner_optimizer`."
+        )
         raise AttributeError(
-            f"'{type(self).__name__}' object has no attribute '{name}'"
+            f"'{type(self).__name__}' object has no attribute '{name}'.{hint}"
         )
 
     def __setattr__(self, name, value):
-        # A public attribute that only the inner optimizer has is set there.
+        # A hyperparameter of the inner optimizer is set there.
         if (
-            self.__dict__.get("_wrapper_ready")
-            and not name.startswith("_")
+            self._forwards(name)
             and not hasattr(type(self), name)
             and name not in self.__dict__
-            and hasattr(self._optimizer, name)
         ):
-            setattr(self._optimizer, name, value)
+            setattr(self._inner.optimizer, name, value)
             return
         super().__setattr__(name, value)
 
     def __dir__(self):
-        inner = [n for n in dir(self._optimizer) if not n.startswith("_")]
-        return sorted(set(super().__dir__()) | set(inner))
+        names = set(super().__dir__())
+        if _is_wrapping(self):
+            names |= {n for n in self._inner.hyperparameter_names()
+                      if not n.startswith("_")}
+        return sorted(names)
 
     @property
     def variables(self):
         """The inner optimizer's variables; also callable as `variables()`."""
-        return _CallableList(self._inner.variables(self._optimizer))
+        return _CallableList(self._inner.variables())
 
     @property
     def weights(self):
@@ -124,7 +147,11 @@ class InnerOptimizerForwarding:
         return list(self.variables)
 
     def get_weights(self):
-        """Returns the values of the inner optimizer's variables (NumPy)."""
+        """Returns the values of the inner optimizer's variables (NumPy).
+
+        Returns:
+            A list of NumPy arrays, in the order of `variables`.
+        """
         return [v.numpy() for v in self.variables]
 
     def set_weights(self, weights):
@@ -133,7 +160,7 @@ class InnerOptimizerForwarding:
         Args:
             weights: Values in the order of `get_weights()`.
         """
-        self._optimizer.set_weights(weights)
+        self._inner.optimizer.set_weights(weights)
 
     def get_slot_names(self):
         """The inner optimizer's slot names; `[]` if it has no slots API.
@@ -141,10 +168,11 @@ class InnerOptimizerForwarding:
         Keras 3 and tf_keras optimizers keep per-variable state in
         `variables`, not in named slots; TensorFlow's checkpointing also asks
         every optimizer for its slot names.
+
+        Returns:
+            A list of slot names.
         """
-        if not self._inner.has_slots:
-            return []
-        return self._optimizer.get_slot_names()
+        return self._inner.slot_names()
 
     def get_slot(self, var, slot_name):
         """The inner optimizer's slot for `var` (tf_keras legacy optimizers).
@@ -155,8 +183,11 @@ class InnerOptimizerForwarding:
 
         Returns:
             The slot variable.
+
+        Raises:
+            AttributeError: If the inner optimizer has no named slots.
         """
-        return self._slot_owner("get_slot").get_slot(var, slot_name)
+        return self._inner.slot_owner("get_slot").get_slot(var, slot_name)
 
     def add_slot(self, var, slot_name, initializer="zeros", shape=None):
         """Adds a slot to the inner optimizer (tf_keras legacy optimizers).
@@ -169,18 +200,10 @@ class InnerOptimizerForwarding:
 
         Returns:
             The slot variable.
+
+        Raises:
+            AttributeError: If the inner optimizer has no named slots.
         """
-        return self._slot_owner("add_slot").add_slot(
+        return self._inner.slot_owner("add_slot").add_slot(
             var, slot_name, initializer=initializer, shape=shape
         )
-
-    def _slot_owner(self, method):
-        if not self._inner.has_slots:
-            raise AttributeError(
-                f"{method}() needs an inner optimizer with slots (a "
-                "tf_keras.optimizers.legacy optimizer), but this "
-                f"LossScaleOptimizer wraps {self._optimizer!r}. Use "
-                "`inner_optimizer.variables` instead."
-            )
-        return self._optimizer
-

@@ -1,151 +1,302 @@
-"""What tf_lso needs from the optimizers it wraps, for each kind of optimizer.
+"""The optimizer a loss scale optimizer wraps, behind one interface.
 
 Three kinds are supported: Keras 3 optimizers (`tf.keras.optimizers.*` on
 TF >= 2.16), tf_keras optimizers (`tf_keras.optimizers.*`) and tf_keras
 legacy optimizers (`tf_keras.optimizers.legacy.*`, the OptimizerV2 of
-TF 2.x). tf_keras is optional and never imported here unless a config asks
-for it.
+TF 2.x). `wrap` returns an `InnerOptimizer` for each; everything that depends
+on the kind lives in its class, so `LossScaleOptimizer` never asks which
+kind it holds. tf_keras is optional and never imported here unless a config
+asks for it.
 """
 
+from __future__ import annotations
+
 import importlib
+import typing
 
 import keras
 import tensorflow as tf
 
 from tf_lso._src import compat
+from tf_lso._src import keras_slots
 from tf_lso._src import tensor_like
 
 
-class _KerasInner:
-    """A Keras 3 optimizer."""
+class InnerOptimizer(typing.Protocol):
+    """What a loss scale optimizer needs from the optimizer it wraps."""
 
-    has_slots = False
+    #: The wrapped optimizer.
+    optimizer: typing.Any
+    #: Whether its `apply(..., aggregate=True)` sums gradients over replicas
+    #: before clipping them (TF 2.4's order). If not, the loss scale
+    #: optimizer sums them first and applies with `aggregate=False`.
+    aggregates_before_clipping: bool
+
+    def build(self, var_list: list) -> None:
+        """Creates the variables (slots) for `var_list`; idempotent."""
+
+    def check_variables(self, var_list: list) -> None:
+        """Raises the optimizer's own error for variables it cannot update."""
+
+    def apply(self, grads_and_vars: list, name: str | None,
+              aggregate: bool) -> None:
+        """Applies unscaled gradients (summing over replicas if `aggregate`)."""
+
+    def skip_step(self) -> None:
+        """What a skipped step does instead of `apply` (counts the step)."""
+
+    def accumulation_window(self, var_list: list) -> tuple | None:
+        """`(is_window_end, accumulators)` with gradient accumulation, else None."""
+
+    @property
+    def iterations(self) -> tf.Variable:
+        """The step counter."""
+
+    def set_iterations(self, value) -> None:
+        """Assigns the step counter."""
+
+    def variables(self) -> list:
+        """The optimizer's variables (step counter, slots, ...)."""
+
+    def learning_rate(self):
+        """The learning rate, callable with a step if it follows a schedule."""
+
+    def hyperparameter_names(self) -> frozenset:
+        """The attributes a wrapper forwards: the keys of the config."""
+
+    def slot_names(self) -> list:
+        """Named slots (OptimizerV2), or `[]` for optimizers without."""
+
+    def slot_owner(self, method: str):
+        """The optimizer, if it has named slots; else an AttributeError."""
+
+    def checkpoint_children(self, save_type: str, **kwargs) -> dict:
+        """What a checkpoint saves under the optimizer's node."""
+
+    def checkpoint_child(self, name: str):
+        """The child `name` (also a TF 2.x name) of the node, or None."""
+
+    def deferred_dependencies(self) -> dict:
+        """Restores waiting for a child that does not exist yet."""
+
+    def create_or_restore_slot(self, position, slot_name: str, variable,
+                               **kwargs):
+        """Restores a slot from a checkpoint (now, or once it exists)."""
+
+    def serialize(self) -> dict:
+        """The optimizer's serialized config."""
+
+    def finalize(self, var_list: list) -> None:
+        """End-of-training hook (Keras 3 EMA)."""
+
+
+class _Inner:
+    """What the three kinds share; each subclass overrides what differs."""
+
+    aggregates_before_clipping = True
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self._hyperparameter_names = None
+
+    @property
+    def iterations(self):
+        return self.optimizer.iterations
+
+    def set_iterations(self, value):
+        self.optimizer.iterations.assign(value)
+
+    def variables(self):
+        return list(self.optimizer.variables)
+
+    def learning_rate(self):
+        return self.optimizer.learning_rate
+
+    def hyperparameter_names(self):
+        if self._hyperparameter_names is None:
+            try:
+                config = self.optimizer.get_config()
+            except Exception:  # noqa: BLE001 - a custom get_config may fail.
+                config = {}  # Then nothing is forwarded by name.
+            self._hyperparameter_names = frozenset(config)
+        return self._hyperparameter_names
+
+    def skip_step(self):
+        self.optimizer.iterations.assign_add(1)
+
+    def accumulation_window(self, var_list):
+        del var_list  # Only Keras 3 optimizers accumulate.
+        return None
+
+    def slot_names(self):
+        return []
+
+    def slot_owner(self, method):
+        raise AttributeError(
+            f"{method}() needs an inner optimizer with slots (a "
+            "tf_keras.optimizers.legacy optimizer), but this "
+            f"LossScaleOptimizer wraps {self.optimizer!r}. Use "
+            "`inner_optimizer.variables` instead."
+        )
+
+    def checkpoint_children(self, save_type, **kwargs):
+        return compat.trackable_children(self.optimizer, save_type, **kwargs)
+
+    def checkpoint_child(self, name):
+        return compat.lookup_dependency(self.optimizer, name)
+
+    def deferred_dependencies(self):
+        return compat.deferred_dependencies(self.optimizer)
+
+    def create_or_restore_slot(self, position, slot_name, variable, **kwargs):
+        del position, slot_name, variable, kwargs  # No named slots.
+        return None
+
+    def finalize(self, var_list):
+        finalize = getattr(self.optimizer, "finalize_variable_values", None)
+        if finalize is not None:
+            finalize(var_list)
+
+
+class KerasInner(_Inner):
+    """A Keras 3 optimizer.
+
+    It also restores TF 2.x checkpoints (`keras_slots`); slots that arrive
+    before the optimizer is built are restored by `build`.
+    """
+
     # Keras 3 clips each replica's gradients before its all-reduce; TF 2.4
-    # clipped the sum. tf_lso sums first for this kind (see `_apply`).
+    # clipped the sum.
     aggregates_before_clipping = False
 
-    def build(self, optimizer, var_list):
-        if not optimizer.built:
-            with keras.name_scope(optimizer.name, caller=optimizer):
-                optimizer.build(var_list)
+    def __init__(self, optimizer):
+        super().__init__(optimizer)
+        self._pending_slot_restores = []
 
-    def apply(self, optimizer, grads_and_vars, name, aggregate):
+    def build(self, var_list):
+        if not self.optimizer.built:
+            with keras.name_scope(self.optimizer.name, caller=self.optimizer):
+                self.optimizer.build(var_list)
+        pending, self._pending_slot_restores = self._pending_slot_restores, []
+        for position, slot_name, variable in pending:
+            slot = keras_slots.slot(self.optimizer, variable, slot_name)
+            if slot is not None:
+                compat.restore_position(position, slot)
+
+    def check_variables(self, var_list):
+        compat.keras_check_variables_are_known(self.optimizer, var_list)
+
+    def apply(self, grads_and_vars, name, aggregate):
         del name  # Keras 3 optimizers take no name.
         if aggregate:
-            optimizer.apply_gradients(grads_and_vars)
+            self.optimizer.apply_gradients(grads_and_vars)
         else:
-            compat.keras_apply_without_all_reduce(optimizer, grads_and_vars)
+            compat.keras_apply_without_all_reduce(self.optimizer,
+                                                  grads_and_vars)
 
-    def serialize(self, optimizer):
-        config = keras.optimizers.serialize(optimizer)
-        if compat.keras_is_auto_name(optimizer):
+    def learning_rate(self):
+        schedule = compat.keras_learning_rate_schedule(self.optimizer)
+        if schedule is None:
+            return self.optimizer.learning_rate
+        return tensor_like.ScheduledLearningRate(
+            schedule, lambda: self.optimizer.learning_rate
+        )
+
+    def skip_step(self):
+        # With gradient accumulation it also empties the accumulators: the
+        # window that the non-finite gradient reached is dropped as a whole.
+        if not getattr(self.optimizer, "gradient_accumulation_steps", None):
+            self.optimizer.iterations.assign_add(1)
+            return
+        compat.keras_step_counter(self.optimizer).assign_add(1)
+        for accumulator in compat.keras_gradient_accumulators(
+            self.optimizer, compat.keras_trainable_variables(self.optimizer)
+        ):
+            accumulator.assign(tf.zeros_like(accumulator))
+
+    def accumulation_window(self, var_list):
+        # `is_window_end` is True when this `apply` call ends a window and
+        # updates the variables; `accumulators` hold the window's sums.
+        steps = getattr(self.optimizer, "gradient_accumulation_steps", None)
+        if not steps:
+            return None
+        counter = compat.keras_step_counter(self.optimizer)
+        is_window_end = tf.equal((counter + 1) % steps, 0)
+        return is_window_end, compat.keras_gradient_accumulators(
+            self.optimizer, var_list
+        )
+
+    def checkpoint_child(self, name):
+        child = super().checkpoint_child(name)
+        if child is None:
+            child = keras_slots.legacy_dependency(self.optimizer, name)
+        return child
+
+    def create_or_restore_slot(self, position, slot_name, variable, **kwargs):
+        if not self.optimizer.built:
+            self._pending_slot_restores.append((position, slot_name, variable))
+            return None
+        return keras_slots.slot(self.optimizer, variable, slot_name)
+
+    def serialize(self):
+        config = keras.optimizers.serialize(self.optimizer)
+        if compat.keras_is_auto_name(self.optimizer):
             # Not configuration: it depends on how many optimizers of the
             # class were built before (TF 2.x names did not).
             config["config"].pop("name", None)
         return config
 
-    def check_variables(self, optimizer, var_list):
-        """Raises the inner optimizer's error for variables it cannot update."""
-        compat.keras_check_variables_are_known(optimizer, var_list)
 
-    def variables(self, optimizer):
-        return list(optimizer.variables)
-
-    def set_iterations(self, optimizer, value):
-        optimizer.iterations.assign(value)
-
-    def learning_rate(self, optimizer):
-        """The learning rate, callable with a step if it follows a schedule."""
-        schedule = compat.keras_learning_rate_schedule(optimizer)
-        if schedule is None:
-            return optimizer.learning_rate
-        return tensor_like.ScheduledLearningRate(
-            schedule, lambda: optimizer.learning_rate
-        )
-
-    def skip_step(self, optimizer):
-        """What a skipped step does instead of `apply`: counts the call.
-
-        With gradient accumulation it also empties the accumulators: the
-        window that the non-finite gradient reached is dropped as a whole.
-        """
-        if not getattr(optimizer, "gradient_accumulation_steps", None):
-            optimizer.iterations.assign_add(1)
-            return
-        compat.keras_step_counter(optimizer).assign_add(1)
-        for accumulator in compat.keras_gradient_accumulators(
-            optimizer, compat.keras_trainable_variables(optimizer)
-        ):
-            accumulator.assign(tf.zeros_like(accumulator))
-
-    def accumulation_window(self, optimizer, var_list):
-        """`(is_window_end, accumulators)` with gradient accumulation, else None.
-
-        `is_window_end` is a bool tensor: True when this `apply` call ends a
-        window and updates the variables; `accumulators` holds the gradient
-        sums of the window so far for `var_list`.
-        """
-        steps = getattr(optimizer, "gradient_accumulation_steps", None)
-        if not steps:
-            return None
-        counter = compat.keras_step_counter(optimizer)
-        is_window_end = tf.equal((counter + 1) % steps, 0)
-        return is_window_end, compat.keras_gradient_accumulators(
-            optimizer, var_list
-        )
-
-
-class _TfKerasInner(_KerasInner):
+class TfKerasInner(_Inner):
     """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
 
-    aggregates_before_clipping = True
+    def build(self, var_list):
+        self.optimizer.build(var_list)  # A no-op once built.
 
-    def build(self, optimizer, var_list):
-        optimizer.build(var_list)  # A no-op once built.
+    def check_variables(self, var_list):
+        compat.tf_keras_check_variables_are_known(self.optimizer, var_list)
 
-    def apply(self, optimizer, grads_and_vars, name, aggregate):
-        optimizer.apply_gradients(
+    def apply(self, grads_and_vars, name, aggregate):
+        self.optimizer.apply_gradients(
             grads_and_vars, name=name, skip_gradients_aggregation=not aggregate
         )
 
-    def serialize(self, optimizer):
-        return compat.tf_keras_module().optimizers.serialize(optimizer)
-
-    def check_variables(self, optimizer, var_list):
-        compat.tf_keras_check_variables_are_known(optimizer, var_list)
+    def serialize(self):
+        return compat.tf_keras_module().optimizers.serialize(self.optimizer)
 
 
-    def learning_rate(self, optimizer):
-        return optimizer.learning_rate
-
-    def skip_step(self, optimizer):
-        optimizer.iterations.assign_add(1)
-
-    def accumulation_window(self, optimizer, var_list):
-        del optimizer, var_list  # tf_keras optimizers do not accumulate.
-        return None
-
-
-class _TfKerasLegacyInner(_TfKerasInner):
+class TfKerasLegacyInner(_Inner):
     """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
 
-    has_slots = True
+    def build(self, var_list):
+        compat.legacy_create_all_weights(self.optimizer, var_list)
 
-    def build(self, optimizer, var_list):
-        compat.legacy_create_all_weights(optimizer, var_list)
+    def check_variables(self, var_list):
+        del var_list  # OptimizerV2 updates any variable.
 
-    def apply(self, optimizer, grads_and_vars, name, aggregate):
-        optimizer.apply_gradients(
-            grads_and_vars,
-            name=name,
+    def apply(self, grads_and_vars, name, aggregate):
+        self.optimizer.apply_gradients(
+            grads_and_vars, name=name,
             experimental_aggregate_gradients=aggregate,
         )
 
-    def variables(self, optimizer):
-        return list(optimizer.variables())
+    def variables(self):
+        return list(self.optimizer.variables())
 
-    def check_variables(self, optimizer, var_list):
-        del optimizer, var_list  # OptimizerV2 updates any variable.
+    def slot_names(self):
+        return self.optimizer.get_slot_names()
+
+    def slot_owner(self, method):
+        del method
+        return self.optimizer
+
+    def create_or_restore_slot(self, position, slot_name, variable, **kwargs):
+        return compat.create_or_restore_slot(
+            self.optimizer, position, slot_name, variable, **kwargs
+        )
+
+    def serialize(self):
+        return compat.tf_keras_module().optimizers.serialize(self.optimizer)
 
 
 def _is_loss_scale_optimizer(optimizer):
@@ -157,8 +308,8 @@ def _is_loss_scale_optimizer(optimizer):
     )
 
 
-def adapter_for(optimizer, argument_name):
-    """Returns the adapter for `optimizer`, or raises a TypeError.
+def wrap(optimizer, argument_name: str) -> InnerOptimizer:
+    """Returns the `InnerOptimizer` for `optimizer`, or raises a TypeError.
 
     Args:
         optimizer: The optimizer to wrap.
@@ -175,13 +326,13 @@ def adapter_for(optimizer, argument_name):
             f"`{argument_name}=opt.inner_optimizer`)."
         )
     if isinstance(optimizer, keras.optimizers.Optimizer):
-        return _KerasInner()
+        return KerasInner(optimizer)
     tf_keras = compat.tf_keras_module()
     if tf_keras is not None:
         if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
-            return _TfKerasLegacyInner()
+            return TfKerasLegacyInner(optimizer)
         if isinstance(optimizer, tf_keras.optimizers.Optimizer):
-            return _TfKerasInner()
+            return TfKerasInner(optimizer)
     raise TypeError(
         f'"{argument_name}" must be an instance of '
         "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer), or of a "

@@ -15,7 +15,6 @@ from tf_lso._src import training_health
 
 @keras.saving.register_keras_serializable(package="tf_lso")
 class LossScaleOptimizer(
-    checkpointing.OptimizerCheckpointing,
     inner_forwarding.InnerOptimizerForwarding,
     keras.optimizers.LossScaleOptimizer,
 ):
@@ -81,30 +80,29 @@ class LossScaleOptimizer(
         max_consecutive_skips=None,
         print_overflows=False,
     ):
-        adapter = inner_lib.adapter_for(inner_optimizer, "inner_optimizer")
+        inner = inner_lib.wrap(inner_optimizer, "inner_optimizer")
         optimizer_config.check_dynamic(dynamic)  # Before the strategy check.
         distribute.check_strategy_supported()
         loss_scale = optimizer_config.loss_scale_from_settings(
             dynamic, initial_scale, dynamic_growth_steps
         )
-        self._init_wrapper(inner_optimizer, adapter, loss_scale,
-                           max_consecutive_skips, print_overflows)
+        self._init_wrapper(inner, loss_scale, max_consecutive_skips,
+                           print_overflows)
 
-    def _init_wrapper(self, inner_optimizer, adapter, loss_scale,
-                      max_consecutive_skips=None, print_overflows=False):
-        if getattr(inner_optimizer, "loss_scale_factor", None) is not None:
+    def _init_wrapper(self, inner, loss_scale, max_consecutive_skips=None,
+                      print_overflows=False):
+        factor = getattr(inner.optimizer, "loss_scale_factor", None)
+        if factor is not None:
             raise ValueError(
                 "The inner optimizer already scales the loss: it has "
-                f"loss_scale_factor={inner_optimizer.loss_scale_factor}. Set "
+                f"loss_scale_factor={factor}. Set "
                 "`loss_scale_factor=None` on it, or use "
                 "LossScaleOptimizer(opt, dynamic=False, initial_scale=...)."
             )
         # Keras requires its constructor first. It assigns defaults such as
         # `clipnorm=None`, which the forwarded properties ignore until
-        # `_wrapper_ready` is set.
+        # `_inner` is set, last.
         keras.optimizers.Optimizer.__init__(self, learning_rate=0.0)
-        self._optimizer = inner_optimizer
-        self._inner = adapter
         self._loss_scale = loss_scale
         self._keras_scaled_loss = False
         self._handed_out = gradients_lib.HandedOut()
@@ -114,8 +112,8 @@ class LossScaleOptimizer(
         # Not checkpointed either (see OptimizerCheckpointing).
         self._overflow = training_health.OverflowRecord(
             max_consecutive_skips, print_overflows)
-        self._init_checkpointing()
-        self._wrapper_ready = True
+        self._checkpoint = checkpointing.Layout(inner, loss_scale)
+        self._inner = inner
 
     # -- Loss scale state ---------------------------------------------------
 
@@ -195,19 +193,17 @@ class LossScaleOptimizer(
         Args:
             var_list: The trainable variables the optimizer will update.
         """
-        self._build_inner(list(var_list))
+        self._inner.build(list(var_list))
         self._trainable_variables = list(var_list)
         self.built = True
 
-    def _build_inner(self, var_list):
-        self._inner.build(self._optimizer, var_list)
-        self._restore_slots()
-
     def finalize_variable_values(self, var_list):
-        """Forwards to the inner optimizer (Keras 3 EMA support)."""
-        finalize = getattr(self._optimizer, "finalize_variable_values", None)
-        if finalize is not None:
-            finalize(var_list)
+        """Forwards to the inner optimizer (Keras 3 EMA support).
+
+        Args:
+            var_list: The model's trainable variables.
+        """
+        self._inner.finalize(var_list)
 
     # -- Scaling ------------------------------------------------------------
 
@@ -340,8 +336,8 @@ class LossScaleOptimizer(
         # Every check comes before the first state change.
         gradients_lib.check_grads_and_vars(grads, var_list)
         # Variables cannot be created inside the cond below.
-        distribute.create_variables(self._build_inner, var_list)
-        self._inner.check_variables(self._optimizer, var_list)
+        distribute.create_variables(self._inner.build, var_list)
+        self._inner.check_variables(var_list)
         # Small gradients travel stacked (see gradients.Packed): one op
         # unscales or checks many of them, and the cond gets few inputs.
         # The TF 2.x protocol's get_unscaled_gradients packed them already.
@@ -367,9 +363,7 @@ class LossScaleOptimizer(
             # captured and branch tensors breaks the gradient of Keras 3's
             # all-reduce (a custom_gradient, used even with no strategy).
             grads = packed.unpack([tf.identity(v) for v in values], aux)
-            self._inner.apply(
-                self._optimizer, list(zip(grads, var_list)), name, aggregate
-            )
+            self._inner.apply(list(zip(grads, var_list)), name, aggregate)
 
         def skip_fn(values):
             # Only skipped steps pay for finding the offending variables.
@@ -377,7 +371,7 @@ class LossScaleOptimizer(
                 checked.nonfinite_per_gradient, values)
             consecutive = self._overflow.record(
                 nonfinite, self.iterations, names_id)
-            self._inner.skip_step(self._optimizer)
+            self._inner.skip_step()
             self._skipped_steps.assign_add(1)
             self._overflow.report(names_id)
             self._overflow.check(consecutive, names_id)
@@ -400,7 +394,7 @@ class LossScaleOptimizer(
         Returns:
             (whether to call the inner apply, the gradients checked).
         """
-        window = self._inner.accumulation_window(self._optimizer, var_list)
+        window = self._inner.accumulation_window(var_list)
         if window is None:
             return self._loss_scale._update_packed(packed)[1], packed
         is_window_end, accumulators = window
@@ -478,6 +472,50 @@ class LossScaleOptimizer(
         grads = tf.gradients(scaled_loss, params)
         return self.get_unscaled_gradients(grads)
 
+    # -- Checkpoints --------------------------------------------------------
+    # TensorFlow's Trackable protocol, forwarded to `checkpointing.Layout`:
+    # the one place tf_lso overrides private TensorFlow methods (compat.py).
+    # Until the constructor is done, Keras tracks attributes the usual way.
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        if "_checkpoint" not in self.__dict__:
+            return super()._trackable_children(save_type, **kwargs)
+        return self._checkpoint.children(save_type, **kwargs)
+
+    def _lookup_dependency(self, name, cached_dependencies=None):
+        if "_checkpoint" not in self.__dict__:
+            return super()._lookup_dependency(name, cached_dependencies)
+        return self._checkpoint.lookup(name)
+
+    @property
+    def _deferred_dependencies(self):
+        if "_checkpoint" not in self.__dict__:
+            return super()._deferred_dependencies
+        return self._checkpoint.deferred()
+
+    def _create_or_restore_slot_variable(
+        self, slot_variable_position, slot_name, variable, **kwargs
+    ):
+        return self._checkpoint.slot(slot_variable_position, slot_name,
+                                     variable, **kwargs)
+
+    def save_own_variables(self, store):
+        """Saves the loss scale state (`.keras` files; Keras saves the inner
+        optimizer itself, as `inner_optimizer`).
+
+        Args:
+            store: The dict-like store Keras passes.
+        """
+        checkpointing.save_loss_scale(self._loss_scale, store)
+
+    def load_own_variables(self, store):
+        """Loads the loss scale state saved by `save_own_variables`.
+
+        Args:
+            store: The dict-like store Keras passes.
+        """
+        checkpointing.load_loss_scale(self._loss_scale, store, self.name)
+
     # -- Config -------------------------------------------------------------
 
     def get_config(self):
@@ -490,7 +528,7 @@ class LossScaleOptimizer(
         """
         settings = self._settings()
         return {
-            "inner_optimizer": self._inner.serialize(self._optimizer),
+            "inner_optimizer": self._inner.serialize(),
             "dynamic": settings.dynamic,
             "initial_scale": settings.initial_scale,
             "dynamic_growth_steps": settings.growth_steps,
