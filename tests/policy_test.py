@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import tf_lso
-from tf_lso._src import policy as policy_lib
+from tf_lso._src import compile_hook
 
 Policy = tf_lso.experimental.Policy
 
@@ -15,7 +15,7 @@ Policy = tf_lso.experimental.Policy
 def _restore_global_policy():
     yield
     keras.mixed_precision.set_global_policy("float32")
-    policy_lib.uninstall_compile_hook()
+    compile_hook.disable()
 
 
 @pytest.mark.parametrize("name, compute, variable", [
@@ -179,7 +179,7 @@ def test_policy_without_loss_scale_means_no_scaling():
 
 def test_plain_keras_policy_is_left_to_keras():
     keras.mixed_precision.set_global_policy("mixed_float16")
-    policy_lib.install_compile_hook()
+    compile_hook.enable()
     model = _model()
     model.compile(keras.optimizers.SGD(), "mse")
     assert type(model.optimizer) is keras.optimizers.LossScaleOptimizer

@@ -13,6 +13,7 @@ import types
 import keras
 import tensorflow as tf
 
+from tf_lso._src import compile_hook
 from tf_lso._src import experimental_loss_scale_optimizer as v1
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import loss_scale_optimizer as v2
@@ -126,8 +127,7 @@ def install():
     for name, value in _LOSS_SCALES.items():
         _set(tf.train.experimental, name, value)
 
-    policy_lib.install_compile_hook()
-    policy_lib._state["wrap_mixed_float16"] = True
+    compile_hook.enable(wrap_mixed_float16=True)
 
 
 def uninstall():
@@ -148,7 +148,7 @@ def uninstall():
             sys.modules.pop(name, None)
         else:
             sys.modules[name] = previous
-    policy_lib._state["wrap_mixed_float16"] = False
-    if not isinstance(keras.mixed_precision.global_policy(),
-                      policy_lib.Policy):
-        policy_lib.uninstall_compile_hook()
+    if isinstance(keras.mixed_precision.global_policy(), policy_lib.Policy):
+        compile_hook.enable(wrap_mixed_float16=False)  # The Policy needs it.
+    else:
+        compile_hook.disable()

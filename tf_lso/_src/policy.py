@@ -3,14 +3,12 @@
 A `Policy` is a Keras 3 `DTypePolicy` (so layers compute in its dtypes) that
 also carries a loss scale. `model.compile` wraps a plain optimizer in a
 `tf_lso.experimental.LossScaleOptimizer` with that loss scale (see
-`compile_optimizer`), as TF 2.1-2.3 did.
+compile_hook.py), as TF 2.1-2.3 did.
 """
-
-import functools
 
 import keras
 
-from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import compile_hook
 from tf_lso._src import serialization
 
 
@@ -134,7 +132,7 @@ def set_policy(policy):
             'floating-point policies, such as "float32" and '
             f'"mixed_float16", but got policy: {policy.name}'
         )
-    install_compile_hook()
+    compile_hook.enable()
     keras.mixed_precision.set_global_policy(policy)
 
 
@@ -165,70 +163,3 @@ def get_layer_policy(layer):
             f"get_policy can only be called on a layer, but got: {layer!r}"
         )
     return _as_policy(layer.dtype_policy)
-
-
-# -- model.compile ------------------------------------------------------------
-
-_state = {"wrap_mixed_float16": False}
-
-
-def compile_optimizer(model, optimizer, auto_scale_loss=True):
-    """The optimizer `model.compile` should use under TF 2.x's rules.
-
-    Under a `Policy` with a loss scale, a plain optimizer is wrapped in a
-    `tf_lso.experimental.LossScaleOptimizer` with a fresh copy of that loss
-    scale. After `tf_lso.install()`, a plain `'mixed_float16'` Keras policy
-    wraps it in `tf_lso.LossScaleOptimizer` (TF 2.4) instead of Keras 3's
-    class. Loss scale optimizers are left alone.
-    """
-    from tf_lso._src import experimental_loss_scale_optimizer as v1
-    from tf_lso._src import loss_scale_optimizer as v2
-
-    policy = getattr(model, "dtype_policy", None)
-    wrap_v1 = isinstance(policy, Policy) and policy.loss_scale is not None
-    wrap_v2 = (
-        not wrap_v1 and _state["wrap_mixed_float16"] and auto_scale_loss
-        and policy is not None and policy.name == "mixed_float16"
-    )
-    if not (wrap_v1 or wrap_v2):
-        return optimizer
-    optimizer = keras.optimizers.get(optimizer)
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return optimizer
-    if wrap_v2:
-        return v2.LossScaleOptimizer(optimizer)
-    return v1.LossScaleOptimizerV1(optimizer, _fresh(policy.loss_scale))
-
-
-def _fresh(loss_scale):
-    # Each model gets its own loss scale state (TF 2.1-2.3 shared one).
-    if isinstance(loss_scale, loss_scale_lib.LossScale):
-        return type(loss_scale).from_config(loss_scale.get_config())
-    return loss_scale
-
-
-def install_compile_hook():
-    """Makes `keras.Model.compile` apply `compile_optimizer` (idempotent)."""
-    original = keras.Model.compile
-    if getattr(original, "_tf_lso_original", None) is not None:
-        return
-
-    @functools.wraps(original)
-    def compile(self, optimizer="rmsprop", *args, **kwargs):
-        policy = getattr(self, "dtype_policy", None)
-        if isinstance(policy, Policy) and policy.loss_scale is None:
-            # TF 2.1-2.3: a policy without a loss scale means no scaling.
-            kwargs.setdefault("auto_scale_loss", False)
-        optimizer = compile_optimizer(
-            self, optimizer, kwargs.get("auto_scale_loss", True)
-        )
-        return original(self, optimizer, *args, **kwargs)
-
-    compile._tf_lso_original = original
-    keras.Model.compile = compile
-
-
-def uninstall_compile_hook():
-    """Restores `keras.Model.compile` as Keras defines it."""
-    if getattr(keras.Model.compile, "_tf_lso_original", None) is not None:
-        del keras.Model.compile

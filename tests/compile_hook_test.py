@@ -1,0 +1,66 @@
+"""Tests for tf_lso._src.compile_hook: its two switches.
+
+What `compile` does under each policy is tested in policy_test.py and
+install_test.py.
+"""
+
+import keras
+import pytest
+
+import tf_lso
+from tf_lso._src import compile_hook
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+    compile_hook.disable()
+
+
+def _compiled_optimizer(optimizer):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer, "mse")
+    return model.optimizer
+
+
+def test_enable_and_disable_are_idempotent():
+    keras_compile = keras.Model.compile
+    compile_hook.disable()
+    assert keras.Model.compile is keras_compile
+    compile_hook.enable()
+    hooked = keras.Model.compile
+    compile_hook.enable()
+    assert keras.Model.compile is hooked is not keras_compile
+    assert compile_hook.is_enabled()
+    compile_hook.disable()
+    compile_hook.disable()
+    assert keras.Model.compile is keras_compile
+    assert not compile_hook.is_enabled()
+
+
+@pytest.mark.parametrize("wrap, expected", [
+    (False, keras.optimizers.LossScaleOptimizer),
+    (True, tf_lso.LossScaleOptimizer),
+])
+def test_wrap_mixed_float16_switch(wrap, expected):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    compile_hook.enable(wrap_mixed_float16=wrap)
+    assert type(_compiled_optimizer(keras.optimizers.SGD())) is expected
+    compile_hook.enable()  # None leaves the switch as it is.
+    assert type(_compiled_optimizer(keras.optimizers.SGD())) is expected
+
+
+def test_disable_turns_wrapping_off():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    compile_hook.enable(wrap_mixed_float16=True)
+    compile_hook.disable()
+    compile_hook.enable()
+    assert type(_compiled_optimizer(keras.optimizers.SGD())) is (
+        keras.optimizers.LossScaleOptimizer)
+
+
+def test_no_wrapping_without_mixed_float16():
+    compile_hook.enable(wrap_mixed_float16=True)
+    sgd = keras.optimizers.SGD()
+    assert _compiled_optimizer(sgd) is sgd

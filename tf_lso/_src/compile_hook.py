@@ -1,0 +1,114 @@
+"""`Model.compile` wraps a plain optimizer in a loss scale optimizer.
+
+TF 2.1-2.3 wrapped the optimizer given to `compile` when the model's dtype
+policy carried a loss scale, TF 2.4 when the policy was `'mixed_float16'`.
+Keras 3 wraps in its own `LossScaleOptimizer`. While the hook is enabled,
+`keras.Model.compile` first asks `compile_optimizer` which optimizer to use.
+
+Two switches, both explicit:
+
+* `enable()` / `disable()` install and remove the hook. `set_policy`
+  enables it (a tf_lso `Policy` needs it); `tf_lso.install()` enables it and
+  `tf_lso.uninstall()` disables it unless a tf_lso `Policy` is global.
+* `wrap_mixed_float16` (an argument of `enable`): whether a plain Keras
+  `'mixed_float16'` policy wraps in `tf_lso.LossScaleOptimizer` (TF 2.4)
+  instead of Keras 3's class; `tf_lso.install()` turns it on.
+"""
+
+import functools
+
+import keras
+
+from tf_lso._src import loss_scale as loss_scale_lib
+
+_switch = {"wrap_mixed_float16": False}
+
+
+def enable(*, wrap_mixed_float16: bool | None = None) -> None:
+    """Makes `keras.Model.compile` apply `compile_optimizer` (idempotent).
+
+    Args:
+        wrap_mixed_float16: If not None, sets whether a plain
+            `'mixed_float16'` Keras policy wraps in `tf_lso.LossScaleOptimizer`.
+    """
+    if wrap_mixed_float16 is not None:
+        _switch["wrap_mixed_float16"] = bool(wrap_mixed_float16)
+    original = keras.Model.compile
+    if getattr(original, "_tf_lso_original", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def compile(self, optimizer="rmsprop", *args, **kwargs):
+        if _policy_without_loss_scale(getattr(self, "dtype_policy", None)):
+            # TF 2.1-2.3: a policy without a loss scale means no scaling.
+            kwargs.setdefault("auto_scale_loss", False)
+        optimizer = compile_optimizer(
+            self, optimizer, kwargs.get("auto_scale_loss", True)
+        )
+        return original(self, optimizer, *args, **kwargs)
+
+    compile._tf_lso_original = original
+    keras.Model.compile = compile
+
+
+def disable() -> None:
+    """Restores `keras.Model.compile` as Keras defines it; wrapping stops."""
+    _switch["wrap_mixed_float16"] = False
+    if is_enabled():
+        del keras.Model.compile
+
+
+def is_enabled() -> bool:
+    """Whether `keras.Model.compile` is the hook."""
+    return getattr(keras.Model.compile, "_tf_lso_original", None) is not None
+
+
+def compile_optimizer(model, optimizer, auto_scale_loss=True):
+    """The optimizer `model.compile` should use under TF 2.x's rules.
+
+    Under a `Policy` with a loss scale, a plain optimizer is wrapped in a
+    `tf_lso.experimental.LossScaleOptimizer` with a fresh copy of that loss
+    scale. With `wrap_mixed_float16` on, a plain `'mixed_float16'` Keras
+    policy wraps it in `tf_lso.LossScaleOptimizer` (TF 2.4). Loss scale
+    optimizers are left alone.
+
+    Args:
+        model: The model being compiled.
+        optimizer: What was passed to `compile` (an optimizer or a name).
+        auto_scale_loss: `compile`'s argument of that name.
+
+    Returns:
+        The optimizer to compile with.
+    """
+    from tf_lso._src import experimental_loss_scale_optimizer as v1
+    from tf_lso._src import loss_scale_optimizer as v2
+    from tf_lso._src import policy as policy_lib
+
+    policy = getattr(model, "dtype_policy", None)
+    wrap_v1 = (isinstance(policy, policy_lib.Policy)
+               and policy.loss_scale is not None)
+    wrap_v2 = (
+        not wrap_v1 and _switch["wrap_mixed_float16"] and auto_scale_loss
+        and policy is not None and policy.name == "mixed_float16"
+    )
+    if not (wrap_v1 or wrap_v2):
+        return optimizer
+    optimizer = keras.optimizers.get(optimizer)
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer
+    if wrap_v2:
+        return v2.LossScaleOptimizer(optimizer)
+    return v1.LossScaleOptimizerV1(optimizer, _fresh(policy.loss_scale))
+
+
+def _policy_without_loss_scale(policy):
+    from tf_lso._src import policy as policy_lib
+
+    return isinstance(policy, policy_lib.Policy) and policy.loss_scale is None
+
+
+def _fresh(loss_scale):
+    # Each model gets its own loss scale state (TF 2.1-2.3 shared one).
+    if isinstance(loss_scale, loss_scale_lib.LossScale):
+        return type(loss_scale).from_config(loss_scale.get_config())
+    return loss_scale
