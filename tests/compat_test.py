@@ -6,6 +6,7 @@ Each private hook has a test here that fails when a TF/Keras release moves it.
 import builtins
 import sys
 
+import keras
 import pytest
 import tensorflow as tf
 
@@ -247,3 +248,12 @@ def test_cond_not_lowered_under_v1_control_flow():
         finally:
             tf.compat.v1.enable_control_flow_v2()
     assert "Merge" in ops and "If" not in ops
+
+
+def test_init_dtype_policy_without_dtypes_hook():
+    policy = keras.DTypePolicy.__new__(keras.DTypePolicy)
+    compat.init_dtype_policy_without_dtypes(policy, "_infer")
+    assert policy.name == "_infer"
+    assert policy.compute_dtype is None
+    assert policy.variable_dtype is None
+    assert policy.quantization_mode is None

@@ -267,3 +267,30 @@ class HandedOutTest(tf.test.TestCase):
         packed = gradients.pack(grads)
         unpacked = handed_out.remember(packed.unpack(), packed)
         self.assertIsNone(handed_out.take(unpacked))
+
+
+class PackedAllFiniteTest(tf.test.TestCase, parameterized.TestCase):
+    """`Packed.all_finite`: the same verdict, without stacking again."""
+
+    @parameterized.parameters(0.0, float("inf"), float("nan"))
+    def test_same_verdict_as_all_finite(self, bad):
+        grads = [tf.constant([1.0, bad]), tf.constant([2.0, 3.0]),
+                 tf.constant([[4.0]]), None]
+        packed = gradients.pack(grads)
+        self.assertEqual(bool(packed.all_finite()),
+                         bool(gradients.all_finite(grads)))
+        self.assertEqual(bool(packed.all_finite()), bad == 0.0)
+
+    def test_checks_the_stacks_as_they_are(self):
+        # A stack of two (3,) gradients has the shape (2, 3) of the third
+        # gradient: checking them must not stack them together again.
+        @tf.function
+        def check(a, c):
+            return gradients.pack([a, a + 1.0, c]).all_finite()
+
+        graph = check.get_concrete_function(
+            tf.TensorSpec([3], tf.float32), tf.TensorSpec([2, 3], tf.float32)
+        ).graph
+        stacks = [op for op in graph.get_operations()
+                  if op.type == "Pack" and op.name.startswith("stack")]
+        self.assertLen(stacks, 1)  # pack()'s own stack, nothing more.

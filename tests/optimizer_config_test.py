@@ -31,6 +31,17 @@ def test_tf2_4_config_is_unchanged():
 
 def test_multiplier_other_than_2_is_rejected():
     with pytest.raises(ValueError, match="multiplier is not 2"):
-        optimizer_config.check_config_multiplier(
-            loss_scale_lib.DynamicLossScale(multiplier=4.0)
+        optimizer_config.check_multiplier(
+            loss_scale_lib.DynamicLossScale(multiplier=4.0), "config"
         )
+
+
+def test_multiplier_message_for_a_constructor_argument():
+    with pytest.raises(ValueError, match="multiplier must be 2"):
+        optimizer_config.check_multiplier(
+            loss_scale_lib.DynamicLossScale(multiplier=4.0), "argument"
+        )
+    optimizer_config.check_multiplier(
+        loss_scale_lib.DynamicLossScale(multiplier=2.0), "argument")
+    optimizer_config.check_multiplier(
+        loss_scale_lib.FixedLossScale(4.0), "config")

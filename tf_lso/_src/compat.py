@@ -154,10 +154,26 @@ def tf_dynamic_loss_scale_counter(loss_scale):
     return loss_scale._num_good_steps
 
 
+def init_dtype_policy_without_dtypes(policy, name):
+    """Sets up a Keras 3 `DTypePolicy` with no dtypes (TF 2.x's `'_infer'`).
+
+    Private hook: the `_name`, `_compute_dtype`, `_variable_dtype` and
+    `_quantization_mode` attributes of `keras.DTypePolicy` (Keras 3.8 to
+    3.15), whose constructor rejects `'_infer'`.
+    """
+    policy._name = name
+    policy._compute_dtype = policy._variable_dtype = None
+    policy._quantization_mode = None
+
+
 # -- TensorFlow's Trackable protocol (tf_lso/_src/checkpointing.py) ---------
 # TF 2.16-2.21. Checkpoints find an object's children through these private
 # methods; TF's own DelegatingTrackableMixin (used by tf_keras's
-# LossScaleOptimizer) calls the same ones.
+# LossScaleOptimizer) calls the same ones. The one accepted exception to
+# "private APIs only in compat.py": `LossScaleOptimizer` and the views in
+# checkpointing.py *override* `_trackable_children`, `_lookup_dependency`,
+# `_deferred_dependencies` and `_create_or_restore_slot_variable`, because
+# TensorFlow's checkpointing calls them on the object itself.
 
 
 def _trackable_base():

@@ -15,38 +15,27 @@ from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import loss_scale_optimizer as lso_lib
 from tf_lso._src import optimizer_config
 from tf_lso._src import serialization
-from tf_lso._src import validation
 
 
 def _to_loss_scale(loss_scale):
     """The LossScale an experimental optimizer uses for `loss_scale`."""
-    if isinstance(loss_scale, dict):
-        loss_scale = serialization.deserialize(loss_scale)
-    if isinstance(loss_scale, str) and loss_scale == "dynamic":
-        return loss_scale_lib.DynamicLossScale()
-    if isinstance(loss_scale, numbers.Real) and not isinstance(
-        loss_scale, bool
-    ):
-        value = validation.scale(loss_scale, "loss_scale")
-        return loss_scale_lib.FixedLossScale._unchecked(value)
-    if serialization.is_tensorflow_loss_scale(loss_scale):
-        loss_scale = serialization.from_tensorflow_loss_scale(loss_scale)
-    if isinstance(loss_scale, loss_scale_lib.LossScale):
-        if (
-            isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
-            and loss_scale.multiplier != 2
-        ):
-            raise ValueError(
-                'When passing a DynamicLossScale to "loss_scale", '
-                f"DynamicLossScale.multiplier must be 2. Got: {loss_scale!r}."
-                " Write a LossScale subclass for another growth rule."
-            )
-        return loss_scale
-    raise ValueError(
-        "Invalid value passed to loss_scale. loss_scale must be the string "
-        '"dynamic" (recommended), an int, a float, a FixedLossScale, or a '
-        f"DynamicLossScale. Got value: {loss_scale!r}."
-    )
+    converted = serialization.interpret(loss_scale, _fixed_loss_scale)
+    if converted is None:
+        raise ValueError(
+            "Invalid value passed to loss_scale. loss_scale must be the string "
+            '"dynamic" (recommended), an int, a float, a FixedLossScale, or a '
+            f"DynamicLossScale. Got value: {loss_scale!r}."
+        )
+    optimizer_config.check_multiplier(converted, "argument")
+    return converted
+
+
+def _fixed_loss_scale(number):
+    # TF 2.4's optimizer arguments allow any positive scale, below 1 too.
+    if isinstance(number, numbers.Real) and not isinstance(number, bool):
+        return loss_scale_lib.FixedLossScale._optimizer_scale(number,
+                                                               "loss_scale")
+    return None
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
@@ -139,7 +128,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             loss_scale = serialization.deserialize(
                 config["loss_scale"], custom_objects
             )
-            optimizer_config.check_config_multiplier(loss_scale)
+            optimizer_config.check_multiplier(loss_scale, "config")
             inner_config = config["optimizer"]
         else:
             # Validated exactly as the TF 2.4 constructor validates them.

@@ -30,7 +30,11 @@ def local_nonfinite(grads):
     `None` gradients are ignored and an empty structure counts as finite.
     Integer gradients raise `InvalidArgumentError`, as TF's loss scales did.
     """
-    tensors = pack(present_tensors(grads)).values
+    return _nonfinite(pack(present_tensors(grads)).values)
+
+
+def _nonfinite(tensors):
+    """`local_nonfinite` of tensors that are packed already."""
     if not tensors:
         return tf.constant(0.0)
     finite = [tf.reduce_all(tf.math.is_finite(t)) for t in tensors]
@@ -47,12 +51,17 @@ def all_finite(grads):
     context `grads` may hold per-replica values; each replica is checked and
     the verdicts are reduced the same way.
     """
+    return _on_all_replicas(local_nonfinite, grads)
+
+
+def _on_all_replicas(local_nonfinite_fn, tensors):
+    """True iff `local_nonfinite_fn(tensors)` is 0 on every replica."""
     if not tf.distribute.has_strategy():
-        return tf.equal(local_nonfinite(grads), 0.0)
+        return tf.equal(local_nonfinite_fn(tensors), 0.0)
     if tf.distribute.in_cross_replica_context():
         strategy = tf.distribute.get_strategy()
         per_replica = strategy.extended.call_for_each_replica(
-            local_nonfinite, args=(grads,)
+            local_nonfinite_fn, args=(tensors,)
         )
         total = strategy.reduce(
             tf.distribute.ReduceOp.SUM, per_replica, axis=None
@@ -60,7 +69,7 @@ def all_finite(grads):
     else:
         context = tf.distribute.get_replica_context()
         total = context.all_reduce(
-            tf.distribute.ReduceOp.SUM, local_nonfinite(grads)
+            tf.distribute.ReduceOp.SUM, local_nonfinite_fn(tensors)
         )
     return tf.equal(total, 0.0)
 
@@ -251,6 +260,10 @@ class Packed:
         else:
             values = tf.cond(scale > HUGE_SCALE, huge, ordinary)
         return Packed(list(values), self.aux, self._plan)
+
+    def all_finite(self):
+        """`all_finite` of these gradients, without packing them again."""
+        return _on_all_replicas(_nonfinite, self.values)
 
     def all_reduced(self):
         """Returns a Packed whose values are summed over all replicas.

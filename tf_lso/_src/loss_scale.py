@@ -15,6 +15,11 @@ from tf_lso._src import gradients as gradients_lib
 from tf_lso._src import tensor_like
 from tf_lso._src import validation
 
+# The defaults of TF's DynamicLossScale and of TF 2.4's optimizer arguments;
+# `optimizer_config` uses them too.
+DEFAULT_INITIAL_SCALE = 2**15
+DEFAULT_GROWTH_STEPS = 2000
+
 
 class OptimizerSettings(typing.NamedTuple):
     """A loss scale as TF 2.4's optimizer arguments describe it.
@@ -157,11 +162,23 @@ class FixedLossScale(LossScale):
         self._loss_scale_value = float(loss_scale_value)
 
     @classmethod
-    def _unchecked(cls, value):
-        """A fixed scale of any positive value (TF 2.4 optimizers allow < 1)."""
+    def _optimizer_scale(cls, value, name):
+        """A fixed scale as TF 2.4's optimizer arguments allow it.
+
+        Any positive value that is finite as a float32, below 1 too (the
+        public constructor requires at least 1, as TF's class did).
+
+        Args:
+            value: The number the user passed.
+            name: The argument it came from, for messages.
+
+        Raises:
+            TypeError: If `value` is not a number.
+            ValueError: If its float32 value is not positive and finite.
+        """
         instance = cls.__new__(cls)
         LossScale.__init__(instance)
-        instance._loss_scale_value = float(value)
+        instance._loss_scale_value = validation.scale(value, name)
         return instance
 
     def __call__(self):
@@ -229,7 +246,10 @@ class DynamicLossScale(LossScale):
     """
 
     def __init__(
-        self, initial_loss_scale=2**15, increment_period=2000, multiplier=2.0
+        self,
+        initial_loss_scale=DEFAULT_INITIAL_SCALE,
+        increment_period=DEFAULT_GROWTH_STEPS,
+        multiplier=2.0,
     ):
         super().__init__()
         initial = validation.scale(initial_loss_scale, "initial_loss_scale")
@@ -287,9 +307,7 @@ class DynamicLossScale(LossScale):
         return self._update_state(gradients_lib.all_finite(grads))
 
     def _update_packed(self, packed, window_end=None):
-        return self._update_state(
-            gradients_lib.all_finite(packed.values), window_end
-        )
+        return self._update_state(packed.all_finite(), window_end)
 
     def _update_state(self, is_finite, active=None):
         """Assigns the next scale and counter; branch-free, so XLA-friendly.

@@ -4,8 +4,6 @@ from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import serialization
 from tf_lso._src import validation
 
-DEFAULT_INITIAL_SCALE = 2.0**15
-DEFAULT_GROWTH_STEPS = 2000
 # The keys of TF 2.4's config, of TF <= 2.3's, and what Keras 3's
 # LossScaleOptimizer adds: its name, and (Keras 3.0 to 3.3) its own base
 # optimizer settings, which the inner optimizer's config holds for tf_lso.
@@ -58,12 +56,13 @@ def loss_scale_from_settings(dynamic=True, initial_scale=None,
     if dynamic:
         return loss_scale_lib.DynamicLossScale(
             validation.scale(
-                DEFAULT_INITIAL_SCALE if initial_scale is None
+                loss_scale_lib.DEFAULT_INITIAL_SCALE if initial_scale is None
                 else initial_scale,
                 "initial_scale",
             ),
             validation.integer(
-                DEFAULT_GROWTH_STEPS if dynamic_growth_steps is None
+                loss_scale_lib.DEFAULT_GROWTH_STEPS
+                if dynamic_growth_steps is None
                 else dynamic_growth_steps,
                 "dynamic_growth_steps",
             ),
@@ -79,9 +78,8 @@ def loss_scale_from_settings(dynamic=True, initial_scale=None,
             f"False, but got: {dynamic_growth_steps!r}. Pass it only "
             "with dynamic=True."
         )
-    return loss_scale_lib.FixedLossScale._unchecked(
-        validation.scale(initial_scale, "initial_scale")
-    )
+    return loss_scale_lib.FixedLossScale._optimizer_scale(initial_scale,
+                                                           "initial_scale")
 
 
 def checked_config(config, class_name):
@@ -135,17 +133,35 @@ def health_config(max_consecutive_skips, print_overflows):
     return config
 
 
-def check_config_multiplier(loss_scale):
-    """Rejects a deserialized DynamicLossScale whose multiplier is not 2."""
+def check_multiplier(loss_scale, source):
+    """Rejects a DynamicLossScale whose multiplier is not 2.
+
+    TF 2.4's optimizer arguments cannot describe another multiplier.
+
+    Args:
+        loss_scale: A `LossScale`.
+        source: `'argument'` (passed to the TF 2.1-2.3 constructor) or
+            `'config'` (deserialized); TF's message differs.
+
+    Raises:
+        ValueError: With TF's message for `source`.
+    """
     if (
-        isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
-        and loss_scale.multiplier != 2
+        not isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
+        or loss_scale.multiplier == 2
     ):
+        return
+    if source == "argument":
         raise ValueError(
-            "Cannot deserialize LossScaleOptimizer with a DynamicLossScale "
-            f"whose multiplier is not 2. Got DynamicLossScale: {loss_scale!r}."
-            " Only a multiplier of 2 has a TF 2.4 equivalent."
+            'When passing a DynamicLossScale to "loss_scale", '
+            f"DynamicLossScale.multiplier must be 2. Got: {loss_scale!r}."
+            " Write a LossScale subclass for another growth rule."
         )
+    raise ValueError(
+        "Cannot deserialize LossScaleOptimizer with a DynamicLossScale "
+        f"whose multiplier is not 2. Got DynamicLossScale: {loss_scale!r}."
+        " Only a multiplier of 2 has a TF 2.4 equivalent."
+    )
 
 
 def upgrade_legacy_config(config):
@@ -154,7 +170,7 @@ def upgrade_legacy_config(config):
     if "loss_scale" not in config:
         return config
     loss_scale = serialization.deserialize(config.pop("loss_scale"))
-    check_config_multiplier(loss_scale)
+    check_multiplier(loss_scale, "config")
     settings = loss_scale._optimizer_settings()
     if settings is None:
         raise ValueError(

@@ -8,6 +8,7 @@ compile_hook.py), as TF 2.1-2.3 did.
 
 import keras
 
+from tf_lso._src import compat
 from tf_lso._src import compile_hook
 from tf_lso._src import serialization
 
@@ -47,9 +48,7 @@ class Policy(keras.dtype_policies.FloatDTypePolicy):
                 f"{name!r}. For a DType, pass its name (e.g. dtype.name)."
             )
         if name == "_infer":
-            self._name = name
-            self._compute_dtype = self._variable_dtype = None
-            self._quantization_mode = None
+            compat.init_dtype_policy_without_dtypes(self, name)
         else:
             super().__init__(name)
         if loss_scale == "auto":

@@ -99,22 +99,46 @@ def get(identifier):
     >>> tf_lso.experimental.get("dynamic").initial_loss_scale
     32768.0
     """
-    if isinstance(identifier, dict):
-        return deserialize(identifier)
-    if isinstance(identifier, (int, float)):
-        return loss_scale_lib.FixedLossScale(identifier)
-    if isinstance(identifier, str) and identifier == "dynamic":
-        return loss_scale_lib.DynamicLossScale()
-    if isinstance(identifier, loss_scale_lib.LossScale):
-        return identifier
     if identifier is None:
         return None
+    loss_scale = interpret(identifier, _fixed_loss_scale)
+    if loss_scale is None:
+        raise ValueError(
+            f"Could not interpret loss scale identifier: {identifier!r}. Pass "
+            "'dynamic', a Python int or float, or a LossScale instance."
+        )
+    return loss_scale
+
+
+def _fixed_loss_scale(number):
+    if isinstance(number, (int, float)):
+        return loss_scale_lib.FixedLossScale(number)
+    return None
+
+
+def interpret(identifier, fixed):
+    """The one parser of loss scale identifiers; None if there is none.
+
+    Args:
+        identifier: A dict from `serialize`, the string `'dynamic'`, a
+            `LossScale` (returned as is), a `tf.compat.v1.mixed_precision`
+            loss scale (converted), or whatever `fixed` accepts.
+        fixed: Returns a fixed loss scale for a number, or None for values
+            it does not take (callers differ on which numbers they accept).
+
+    Returns:
+        A `LossScale`, or None if `identifier` is none of those.
+    """
+    if isinstance(identifier, dict):
+        return deserialize(identifier)
+    if isinstance(identifier, str):
+        return loss_scale_lib.DynamicLossScale() if identifier == "dynamic" \
+            else None
+    if isinstance(identifier, loss_scale_lib.LossScale):
+        return identifier
     if is_tensorflow_loss_scale(identifier):
         return from_tensorflow_loss_scale(identifier)
-    raise ValueError(
-        f"Could not interpret loss scale identifier: {identifier!r}. Pass "
-        "'dynamic', a Python int or float, or a LossScale instance."
-    )
+    return fixed(identifier)
 
 
 def is_tensorflow_loss_scale(value):
@@ -139,7 +163,8 @@ def from_tensorflow_loss_scale(value):
         TypeError: For any other TF loss scale class.
     """
     if isinstance(value, tf.compat.v1.mixed_precision.FixedLossScale):
-        return loss_scale_lib.FixedLossScale._unchecked(float(value()))
+        return loss_scale_lib.FixedLossScale._optimizer_scale(
+            float(value()), "loss_scale_value")
     if isinstance(value, tf.compat.v1.mixed_precision.DynamicLossScale):
         converted = loss_scale_lib.DynamicLossScale(
             value.initial_loss_scale, value.increment_period, value.multiplier
