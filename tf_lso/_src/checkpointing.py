@@ -41,10 +41,8 @@ _KERAS_WRAPPER_ONLY = ("_iterations", "_learning_rate")
 class Layout:
     """The checkpoint node of a loss scale optimizer, in TF 2.3+'s layout.
 
-    `LossScaleOptimizer`'s `Trackable` methods forward here (the one place
-    tf_lso overrides TensorFlow's private tracking protocol; see
-    compat.py). Everything that depends on the inner optimizer's kind is
-    the `InnerOptimizer`'s.
+    `LayoutCheckpointing`'s `Trackable` methods forward here. Everything
+    that depends on the inner optimizer's kind is the `InnerOptimizer`'s.
 
     Args:
         inner: The `inner_optimizer.InnerOptimizer`.
@@ -54,28 +52,28 @@ class Layout:
 
     def __init__(self, inner, loss_scale):
         self._inner = inner
-        self._loss_scale = loss_scale
+        self.loss_scale = loss_scale
         self._base_optimizer_view = _InnerOptimizerView(self)
         self._keras_inner_view = _InnerOptimizerView(self, keras_lso=True)
 
     def children(self, save_type="checkpoint", **kwargs):
         """`_trackable_children`: the inner's children plus the loss scale."""
         children = dict(self._inner.checkpoint_children(save_type, **kwargs))
-        if self._loss_scale.variables:
-            children[LOSS_SCALE] = self._loss_scale
+        if self.loss_scale.variables:
+            children[LOSS_SCALE] = self.loss_scale
         children[BASE_OPTIMIZER] = self._base_optimizer_view
         return children
 
     def lookup(self, name):
         """`_lookup_dependency`: also the names older layouts used."""
         if name == LOSS_SCALE:
-            return self._loss_scale if self._loss_scale.variables else None
+            return self.loss_scale if self.loss_scale.variables else None
         if name == BASE_OPTIMIZER:
             return self._base_optimizer_view
         if name == _KERAS_INNER:
             return self._keras_inner_view
         if name in _KERAS_STATE:
-            return getattr(self._loss_scale, _KERAS_STATE[name], None)
+            return getattr(self.loss_scale, _KERAS_STATE[name], None)
         return self.inner_child(name)
 
     def inner_child(self, name):
@@ -92,31 +90,71 @@ class Layout:
                                                   variable, **kwargs)
 
 
-# -- `.keras` files ----------------------------------------------------------
-# Keras saves the inner optimizer itself (as `inner_optimizer`); the wrapper's
-# own entry holds the loss scale state.
+class LayoutCheckpointing:
+    """Base of `LossScaleOptimizer`: its checkpoint node is a `Layout`.
 
+    TensorFlow's checkpointing calls these private `Trackable` methods on
+    the object itself, so they must be overridden here (the one accepted
+    exception to keeping private APIs in compat.py). Subclasses set one
+    attribute, `_checkpoint` (a `Layout`), at the end of their constructor;
+    until then Keras tracks attributes the usual way.
+    """
 
-def save_loss_scale(loss_scale, store):
-    """Writes the loss scale's variables into a `.keras` file's store."""
-    for i, variable in enumerate(loss_scale.variables):
-        store[str(i)] = variable.numpy()
+    def _checkpoint_layout(self):
+        return self.__dict__.get("_checkpoint")
 
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        if self._checkpoint_layout() is None:
+            return super()._trackable_children(save_type, **kwargs)
+        return self._checkpoint_layout().children(save_type, **kwargs)
 
-def load_loss_scale(loss_scale, store, optimizer_name):
-    """Reads what `save_loss_scale` wrote; warns if it does not fit."""
-    variables = loss_scale.variables
-    if len(store.keys()) != len(variables):
-        warnings.warn(
-            f"Skipping loading the loss scale of optimizer "
-            f"'{optimizer_name}': the file holds {len(store.keys())} values "
-            f"but the loss scale has {len(variables)} variables. The loss "
-            "scale starts from its initial value.",
-            stacklevel=3,
-        )
-        return
-    for i, variable in enumerate(variables):
-        variable.assign(store[str(i)])
+    def _lookup_dependency(self, name, cached_dependencies=None):
+        if self._checkpoint_layout() is None:
+            return super()._lookup_dependency(name, cached_dependencies)
+        return self._checkpoint_layout().lookup(name)
+
+    @property
+    def _deferred_dependencies(self):
+        if self._checkpoint_layout() is None:
+            return super()._deferred_dependencies
+        return self._checkpoint_layout().deferred()
+
+    def _create_or_restore_slot_variable(
+        self, slot_variable_position, slot_name, variable, **kwargs
+    ):
+        return self._checkpoint_layout().slot(slot_variable_position, slot_name,
+                                   variable, **kwargs)
+
+    # `.keras` files: Keras saves the inner optimizer itself (as
+    # `inner_optimizer`); the wrapper's own entry holds the loss scale state.
+
+    def save_own_variables(self, store):
+        """Saves the loss scale state (`.keras` files).
+
+        Args:
+            store: The dict-like store Keras passes.
+        """
+        for i, variable in enumerate(self._checkpoint_layout().loss_scale.variables):
+            store[str(i)] = variable.numpy()
+
+    def load_own_variables(self, store):
+        """Loads the loss scale state saved by `save_own_variables`.
+
+        Args:
+            store: The dict-like store Keras passes.
+        """
+        variables = self._checkpoint_layout().loss_scale.variables
+        if len(store.keys()) != len(variables):
+            warnings.warn(
+                f"Skipping loading the loss scale of optimizer "
+                f"'{self.name}': the file holds {len(store.keys())} values "
+                f"but the loss scale has {len(variables)} variables. The "
+                "loss scale starts from its initial value.",
+                stacklevel=2,
+            )
+            return
+        for i, variable in enumerate(variables):
+            variable.assign(store[str(i)])
 
 
 class _InnerOptimizerView(compat.Trackable):

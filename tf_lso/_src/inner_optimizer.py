@@ -318,12 +318,22 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
     Raises:
         TypeError: If `optimizer` is a loss scale optimizer, or not an
             optimizer of a supported kind.
+        ValueError: If it scales the loss itself (Keras 3's
+            `loss_scale_factor`).
     """
     if _is_loss_scale_optimizer(optimizer):
         raise TypeError(
             "LossScaleOptimizer cannot wrap another LossScaleOptimizer, but "
             f"got: {optimizer!r}. Wrap its inner optimizer instead (e.g. "
             f"`{argument_name}=opt.inner_optimizer`)."
+        )
+    factor = getattr(optimizer, "loss_scale_factor", None)
+    if factor is not None:
+        raise ValueError(
+            "The inner optimizer already scales the loss: it has "
+            f"loss_scale_factor={factor}. Set `loss_scale_factor=None` on "
+            "it, or use LossScaleOptimizer(opt, dynamic=False, "
+            "initial_scale=...)."
         )
     if isinstance(optimizer, keras.optimizers.Optimizer):
         return KerasInner(optimizer)

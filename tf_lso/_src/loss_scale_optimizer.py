@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from tf_lso._src import apply_step
 from tf_lso._src import checkpointing
 from tf_lso._src import distribute
 from tf_lso._src import gradients as gradients_lib
@@ -15,6 +16,7 @@ from tf_lso._src import training_health
 
 @keras.saving.register_keras_serializable(package="tf_lso")
 class LossScaleOptimizer(
+    checkpointing.LayoutCheckpointing,
     inner_forwarding.InnerOptimizerForwarding,
     keras.optimizers.LossScaleOptimizer,
 ):
@@ -91,14 +93,6 @@ class LossScaleOptimizer(
 
     def _init_wrapper(self, inner, loss_scale, max_consecutive_skips=None,
                       print_overflows=False):
-        factor = getattr(inner.optimizer, "loss_scale_factor", None)
-        if factor is not None:
-            raise ValueError(
-                "The inner optimizer already scales the loss: it has "
-                f"loss_scale_factor={factor}. Set "
-                "`loss_scale_factor=None` on it, or use "
-                "LossScaleOptimizer(opt, dynamic=False, initial_scale=...)."
-            )
         # Keras requires its constructor first. It assigns defaults such as
         # `clipnorm=None`, which the forwarded properties ignore until
         # `_inner` is set, last.
@@ -106,12 +100,10 @@ class LossScaleOptimizer(
         self._loss_scale = loss_scale
         self._keras_scaled_loss = False
         self._handed_out = gradients_lib.HandedOut()
-        self._skipped_steps = loss_scale_lib.state_variable(
-            0, tf.int64, "skipped_steps"
-        )
-        # Not checkpointed either (see OptimizerCheckpointing).
+        # Not checkpointed: the layout stays TF 2.4's.
         self._overflow = training_health.OverflowRecord(
             max_consecutive_skips, print_overflows)
+        self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow)
         self._checkpoint = checkpointing.Layout(inner, loss_scale)
         self._inner = inner
 
@@ -145,7 +137,7 @@ class LossScaleOptimizer(
         saved in checkpoints, whose layout stays TF 2.4's). A tf_lso
         addition: neither TF nor Keras 3 report skipped steps.
         """
-        return self._skipped_steps
+        return self._step.skipped_steps
 
     @property
     def last_overflow(self):
@@ -346,68 +338,7 @@ class LossScaleOptimizer(
             packed = gradients_lib.pack(grads)
             if scaled:
                 packed = packed.unscaled(self._loss_scale())
-        if (
-            aggregate
-            and not self._inner.aggregates_before_clipping
-            and distribute.replicas_in_sync() > 1
-        ):
-            # Sum over replicas before the inner optimizer clips, as TF 2.4
-            # did; the inner optimizer then applies without summing again.
-            packed = packed.all_reduced()
-            aggregate = False
-        should_apply, checked = self._update_loss_scale(packed, var_list)
-        names_id = self._overflow.names_id_for(var_list)
-
-        def apply_fn(values, aux, var_list):
-            # Every gradient must come from the branch's graph: a mix of
-            # captured and branch tensors breaks the gradient of Keras 3's
-            # all-reduce (a custom_gradient, used even with no strategy).
-            grads = packed.unpack([tf.identity(v) for v in values], aux)
-            self._inner.apply(list(zip(grads, var_list)), name, aggregate)
-
-        def skip_fn(values):
-            # Only skipped steps pay for finding the offending variables.
-            nonfinite = distribute.sum_over_replicas(
-                checked.nonfinite_per_gradient, values)
-            consecutive = self._overflow.record(
-                nonfinite, self.iterations, names_id)
-            self._inner.skip_step()
-            self._skipped_steps.assign_add(1)
-            self._overflow.report(names_id)
-            self._overflow.check(consecutive, names_id)
-
-        distribute.cond_on_all_replicas(
-            should_apply, apply_fn, skip_fn,
-            args=(packed.values, packed.aux, var_list),
-            false_args=(checked.values,),
-        )
-
-    def _update_loss_scale(self, packed, var_list):
-        """Updates the loss scale.
-
-        With gradient accumulation on the inner optimizer, the loss scale
-        sees one step per window: at the window's last `apply` it checks the
-        window's summed gradients, so a non-finite gradient anywhere in the
-        window skips the whole window's update with a single back-off.
-        Earlier calls accumulate without a check.
-
-        Returns:
-            (whether to call the inner apply, the gradients checked).
-        """
-        window = self._inner.accumulation_window(var_list)
-        if window is None:
-            return self._loss_scale._update_packed(packed)[1], packed
-        is_window_end, accumulators = window
-        sums = gradients_lib.pack([
-            None if g is None else tf.convert_to_tensor(g) + acc
-            for g, acc in zip(packed.unpack(), accumulators)
-        ])
-        _, is_finite = self._loss_scale._update_packed(
-            sums, window_end=is_window_end
-        )
-        if isinstance(is_finite, bool):
-            return is_finite, sums
-        return tf.logical_or(is_finite, tf.logical_not(is_window_end)), sums
+        self._step(packed, var_list, name, aggregate)
 
     def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
         """Scales the loss, differentiates, unscales and applies.
@@ -471,50 +402,6 @@ class LossScaleOptimizer(
         scaled_loss = self.get_scaled_loss(loss)
         grads = tf.gradients(scaled_loss, params)
         return self.get_unscaled_gradients(grads)
-
-    # -- Checkpoints --------------------------------------------------------
-    # TensorFlow's Trackable protocol, forwarded to `checkpointing.Layout`:
-    # the one place tf_lso overrides private TensorFlow methods (compat.py).
-    # Until the constructor is done, Keras tracks attributes the usual way.
-
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        if "_checkpoint" not in self.__dict__:
-            return super()._trackable_children(save_type, **kwargs)
-        return self._checkpoint.children(save_type, **kwargs)
-
-    def _lookup_dependency(self, name, cached_dependencies=None):
-        if "_checkpoint" not in self.__dict__:
-            return super()._lookup_dependency(name, cached_dependencies)
-        return self._checkpoint.lookup(name)
-
-    @property
-    def _deferred_dependencies(self):
-        if "_checkpoint" not in self.__dict__:
-            return super()._deferred_dependencies
-        return self._checkpoint.deferred()
-
-    def _create_or_restore_slot_variable(
-        self, slot_variable_position, slot_name, variable, **kwargs
-    ):
-        return self._checkpoint.slot(slot_variable_position, slot_name,
-                                     variable, **kwargs)
-
-    def save_own_variables(self, store):
-        """Saves the loss scale state (`.keras` files; Keras saves the inner
-        optimizer itself, as `inner_optimizer`).
-
-        Args:
-            store: The dict-like store Keras passes.
-        """
-        checkpointing.save_loss_scale(self._loss_scale, store)
-
-    def load_own_variables(self, store):
-        """Loads the loss scale state saved by `save_own_variables`.
-
-        Args:
-            store: The dict-like store Keras passes.
-        """
-        checkpointing.load_loss_scale(self._loss_scale, store, self.name)
 
     # -- Config -------------------------------------------------------------
 

@@ -1,0 +1,57 @@
+"""Tests for tf_lso._src.apply_step: one step, applied or skipped.
+
+The optimizer-level behaviour (protocols, strategies, accumulation) is in
+loss_scale_optimizer_test.py and distribute_test.py; here the step runs on
+its own, with each kind of loss scale.
+"""
+
+import keras
+import tensorflow as tf
+from absl.testing import parameterized
+
+from tf_lso._src import apply_step
+from tf_lso._src import gradients
+from tf_lso._src import inner_optimizer
+from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import training_health
+
+INF = float("inf")
+
+
+def _step(loss_scale):
+    inner = inner_optimizer.wrap(keras.optimizers.SGD(1.0, momentum=0.5),
+                                 "inner_optimizer")
+    var = tf.Variable([1.0, 2.0])
+    inner.build([var])
+    record = training_health.OverflowRecord()
+    return apply_step.ApplyStep(inner, loss_scale, record), inner, var
+
+
+class ApplyStepTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.parameters(False, True)
+    def test_dynamic_scale_applies_or_skips(self, use_tf_function):
+        loss_scale = loss_scale_lib.DynamicLossScale(8.0, increment_period=1)
+        step, inner, var = _step(loss_scale)
+        def run(grad):
+            step(gradients.pack([grad]), [var], None, True)
+
+        if use_tf_function:
+            run = tf.function(run)
+        run(tf.constant([1.0, 1.0]))
+        self.assertAllEqual(var, [0.0, 1.0])
+        self.assertEqual(float(loss_scale()), 16.0)
+        slots = [v.numpy() for v in inner.variables()]
+        run(tf.constant([INF, 1.0]))
+        self.assertAllEqual(var, [0.0, 1.0])
+        for before, after in zip(slots[1:], inner.variables()[1:]):
+            self.assertAllEqual(before, after)  # Slots unchanged.
+        self.assertEqual(int(inner.iterations), 2)
+        self.assertEqual(int(step.skipped_steps), 1)
+        self.assertEqual(float(loss_scale()), 8.0)
+
+    def test_fixed_scale_never_skips(self):
+        step, inner, var = _step(loss_scale_lib.FixedLossScale(4.0))
+        step(gradients.pack([tf.constant([INF, 1.0])]), [var], None, True)
+        self.assertEqual(float(var[0]), -INF)
+        self.assertEqual(int(step.skipped_steps), 0)
+        self.assertEqual(int(inner.iterations), 1)

@@ -1,0 +1,113 @@
+"""One step of a loss scale optimizer: check, then apply or skip.
+
+`ApplyStep` is what `LossScaleOptimizer.apply_gradients` does once it has
+validated its arguments and packed the unscaled gradients:
+
+    sum over replicas  (only if the inner optimizer would clip per replica)
+    check              the loss scale's update: one finite check, the new
+                       scale and counter
+    cond(apply, skip)  on every replica alike (`distribute`)
+
+On a skipped step no variable or slot changes: the inner optimizer only
+counts the step, `skipped_steps` grows by one and the overflow record is
+updated. Fixed and dynamic loss scales answer the check through the same
+method, so nothing here asks which one it has.
+"""
+
+import tensorflow as tf
+
+from tf_lso._src import distribute
+from tf_lso._src import gradients as gradients_lib
+from tf_lso._src import loss_scale as loss_scale_lib
+
+
+class ApplyStep:
+    """Applies or skips packed gradients; holds `skipped_steps`.
+
+    Args:
+        inner: The `inner_optimizer.InnerOptimizer`.
+        loss_scale: The `LossScale`.
+        overflow: The `training_health.OverflowRecord`.
+    """
+
+    def __init__(self, inner, loss_scale, overflow):
+        self._inner = inner
+        self._loss_scale = loss_scale
+        self._overflow = overflow
+        # Not checkpointed (the layout stays TF 2.4's), like the record.
+        self.skipped_steps = loss_scale_lib.state_variable(
+            0, tf.int64, "skipped_steps"
+        )
+
+    def __call__(self, packed, var_list, name, aggregate):
+        """Runs the step.
+
+        Args:
+            packed: The unscaled gradients, a `gradients.Packed`.
+            var_list: Their variables, in the same order.
+            name: Passed to tf_keras inner optimizers.
+            aggregate: Whether the gradients still need summing over
+                replicas.
+        """
+        if (
+            aggregate
+            and not self._inner.aggregates_before_clipping
+            and distribute.replicas_in_sync() > 1
+        ):
+            # Sum over replicas before the inner optimizer clips, as TF 2.4
+            # did; the inner optimizer then applies without summing again.
+            packed = packed.all_reduced()
+            aggregate = False
+        should_apply, checked = self._check(packed, var_list)
+        names_id = self._overflow.names_id_for(var_list)
+
+        def apply_fn(values, aux, var_list):
+            # Every gradient must come from the branch's graph: a mix of
+            # captured and branch tensors breaks the gradient of Keras 3's
+            # all-reduce (a custom_gradient, used even with no strategy).
+            grads = packed.unpack([tf.identity(v) for v in values], aux)
+            self._inner.apply(list(zip(grads, var_list)), name, aggregate)
+
+        def skip_fn(values):
+            # Only skipped steps pay for finding the offending variables.
+            nonfinite = distribute.sum_over_replicas(
+                checked.nonfinite_per_gradient, values)
+            consecutive = self._overflow.record(
+                nonfinite, self._inner.iterations, names_id)
+            self._inner.skip_step()
+            self.skipped_steps.assign_add(1)
+            self._overflow.report(names_id)
+            self._overflow.check(consecutive, names_id)
+
+        distribute.cond_on_all_replicas(
+            should_apply, apply_fn, skip_fn,
+            args=(packed.values, packed.aux, var_list),
+            false_args=(checked.values,),
+        )
+
+    def _check(self, packed, var_list):
+        """Updates the loss scale.
+
+        With gradient accumulation on the inner optimizer, the loss scale
+        sees one step per window: at the window's last `apply` it checks the
+        window's summed gradients, so a non-finite gradient anywhere in the
+        window skips the whole window's update with a single back-off.
+        Earlier calls accumulate without a check.
+
+        Returns:
+            (whether to call the inner apply, the gradients checked).
+        """
+        window = self._inner.accumulation_window(var_list)
+        if window is None:
+            return self._loss_scale._update_packed(packed)[1], packed
+        is_window_end, accumulators = window
+        sums = gradients_lib.pack([
+            None if g is None else tf.convert_to_tensor(g) + acc
+            for g, acc in zip(packed.unpack(), accumulators)
+        ])
+        _, is_finite = self._loss_scale._update_packed(
+            sums, window_end=is_window_end
+        )
+        if isinstance(is_finite, bool):
+            return is_finite, sums
+        return tf.logical_or(is_finite, tf.logical_not(is_window_end)), sums
