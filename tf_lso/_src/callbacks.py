@@ -1,5 +1,7 @@
 """`tf_lso.callbacks.LossScaleMonitor`: the loss scale in Keras training logs."""
 
+from __future__ import annotations
+
 import warnings
 
 import keras
@@ -48,7 +50,10 @@ class LossScaleMonitor(keras.callbacks.Callback):
     ([32768.0], [0])
     """
 
-    def __init__(self, update_freq="epoch", max_consecutive_skips=None):
+    def __init__(
+        self, update_freq: str | int = "epoch",
+        max_consecutive_skips: int | None = None,
+    ) -> None:
         super().__init__()
         if update_freq != "epoch" and (
             isinstance(update_freq, bool)
@@ -68,7 +73,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         self._warned_floor = False
         self._skipped_at_last_log = 0
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict | None = None) -> None:
         """Checks that the model's optimizer is a tf_lso optimizer."""
         optimizer = getattr(self.model, "optimizer", None)
         if not hasattr(optimizer, "skipped_steps"):
@@ -101,7 +106,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         logs["skipped_steps"] = skipped
         logs["last_overflow_count"] = int(optimizer._overflow.count.numpy())
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         """Logs every `update_freq` batches; checks for a stuck run."""
         if self.update_freq != "epoch" and (batch + 1) % self.update_freq == 0:
             self._log(logs)
@@ -128,6 +133,6 @@ class LossScaleMonitor(keras.callbacks.Callback):
         print(self.stop_reason)
         self.model.stop_training = True
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         """Adds `loss_scale` and `skipped_steps` to the epoch's logs."""
         self._log(logs)

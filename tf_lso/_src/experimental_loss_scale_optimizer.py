@@ -5,7 +5,10 @@ a subclass of `tf_lso.LossScaleOptimizer` that takes a loss scale (or an
 identifier for one) instead of the TF 2.4 arguments.
 """
 
+from __future__ import annotations
+
 import numbers
+from typing import Any
 
 import keras
 
@@ -76,19 +79,25 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
     32768.0
     """
 
-    def __init__(self, optimizer, loss_scale, *, max_consecutive_skips=None,
-                 print_overflows=False):
+    def __init__(
+        self,
+        optimizer: Any,
+        loss_scale: Any,
+        *,
+        max_consecutive_skips: int | None = None,
+        print_overflows: bool = False,
+    ) -> None:
         inner = inner_lib.wrap(optimizer, "optimizer")
         distribute.check_strategy_supported()
         self._init_wrapper(inner, _to_loss_scale(loss_scale),
                            max_consecutive_skips, print_overflows)
 
     @property
-    def loss_scale(self):
+    def loss_scale(self) -> loss_scale_lib.LossScale:
         """The `LossScale` object; call it for the current scale tensor."""
         return self._loss_scale
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         """Returns the TF 2.4 config, or TF 2.3's for a custom loss scale.
 
         Returns:
@@ -106,7 +115,9 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         return super().get_config()
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(
+        cls, config: dict[str, Any], custom_objects: dict | None = None
+    ) -> LossScaleOptimizerV1:
         """Creates an optimizer from a TF 2.4 or TF <= 2.3 config.
 
         Args:
@@ -125,10 +136,8 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         """
         config = optimizer_config.checked_config(config, cls.__name__)
         if "optimizer" in config:  # TF 2.1-2.3's format.
-            loss_scale = serialization.deserialize(
-                config["loss_scale"], custom_objects
-            )
-            optimizer_config.check_multiplier(loss_scale, "config")
+            loss_scale = optimizer_config.legacy_loss_scale(config,
+                                                           custom_objects)
             inner_config = config["optimizer"]
         else:
             # Validated exactly as the TF 2.4 constructor validates them.

@@ -4,11 +4,16 @@ These are the only places where tf_lso touches every gradient, so the
 per-variable cost of loss scaling is decided here.
 """
 
+from __future__ import annotations
+
 import math
 
 import tensorflow as tf
 
 from tf_lso._src import compat
+
+# What a gradient can be, as `tape.gradient` returns it.
+Gradient = tf.Tensor | tf.IndexedSlices | None
 
 
 def _dense_values(grad):

@@ -9,6 +9,13 @@ and an unknown attribute raises an AttributeError naming the inner
 optimizer.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
 
 class _CallableList(list):
     """A list that can also be called, for both `opt.variables` spellings."""
@@ -45,7 +52,7 @@ class InnerOptimizerForwarding:
     """
 
     @property
-    def inner_optimizer(self):
+    def inner_optimizer(self) -> Any:
         """The optimizer that this LossScaleOptimizer wraps."""
         return self._inner.optimizer
 
@@ -56,7 +63,7 @@ class InnerOptimizerForwarding:
         return self._inner.optimizer
 
     @property
-    def learning_rate(self):
+    def learning_rate(self) -> Any:
         """The inner optimizer's learning rate.
 
         With a learning rate schedule on a Keras 3 inner optimizer this is a
@@ -77,7 +84,7 @@ class InnerOptimizerForwarding:
     gradient_accumulation_steps = _forwarded("gradient_accumulation_steps")
 
     @property
-    def lr(self):
+    def lr(self) -> Any:
         """Alias of `learning_rate`."""
         return self.learning_rate
 
@@ -86,7 +93,7 @@ class InnerOptimizerForwarding:
         self.learning_rate = value
 
     @property
-    def iterations(self):
+    def iterations(self) -> tf.Variable:
         """The inner optimizer's step counter (skipped steps count too)."""
         return self._inner.iterations
 
@@ -137,16 +144,16 @@ class InnerOptimizerForwarding:
         return sorted(names)
 
     @property
-    def variables(self):
+    def variables(self) -> list[tf.Variable]:
         """The inner optimizer's variables; also callable as `variables()`."""
         return _CallableList(self._inner.variables())
 
     @property
-    def weights(self):
+    def weights(self) -> list[tf.Variable]:
         """The inner optimizer's variables, as a list."""
         return list(self.variables)
 
-    def get_weights(self):
+    def get_weights(self) -> list[np.ndarray]:
         """Returns the values of the inner optimizer's variables (NumPy).
 
         Returns:
@@ -154,7 +161,7 @@ class InnerOptimizerForwarding:
         """
         return [v.numpy() for v in self.variables]
 
-    def set_weights(self, weights):
+    def set_weights(self, weights: list[np.ndarray]) -> None:
         """Sets the inner optimizer's variables from a list of NumPy values.
 
         Args:
@@ -162,7 +169,7 @@ class InnerOptimizerForwarding:
         """
         self._inner.optimizer.set_weights(weights)
 
-    def get_slot_names(self):
+    def get_slot_names(self) -> list[str]:
         """The inner optimizer's slot names; `[]` if it has no slots API.
 
         Keras 3 and tf_keras optimizers keep per-variable state in
@@ -174,7 +181,7 @@ class InnerOptimizerForwarding:
         """
         return self._inner.slot_names()
 
-    def get_slot(self, var, slot_name):
+    def get_slot(self, var: tf.Variable, slot_name: str) -> tf.Variable:
         """The inner optimizer's slot for `var` (tf_keras legacy optimizers).
 
         Args:
@@ -189,7 +196,13 @@ class InnerOptimizerForwarding:
         """
         return self._inner.slot_owner("get_slot").get_slot(var, slot_name)
 
-    def add_slot(self, var, slot_name, initializer="zeros", shape=None):
+    def add_slot(
+        self,
+        var: tf.Variable,
+        slot_name: str,
+        initializer: Any = "zeros",
+        shape: Any = None,
+    ) -> tf.Variable:
         """Adds a slot to the inner optimizer (tf_keras legacy optimizers).
 
         Args:

@@ -6,6 +6,8 @@ classes and functions where those scripts look for them, and records what it
 replaced so that `uninstall()` restores TensorFlow exactly as it was.
 """
 
+from __future__ import annotations
+
 import importlib
 import sys
 import types
@@ -73,7 +75,7 @@ def _keras_mixed_precision_modules():
     return modules
 
 
-def installed_names():
+def installed_names() -> list[str]:
     """The dotted names `install()` provides, for docs and tests."""
     names = [f"tf.keras.mixed_precision.experimental.{n}"
              for n in _KERAS_EXPERIMENTAL]
@@ -83,7 +85,7 @@ def installed_names():
     return names
 
 
-def install():
+def install() -> None:
     """Makes TF 2.1-2.4's mixed-precision names resolve to tf_lso.
 
     Explicit and idempotent. Afterwards these work as in TF 2.1-2.4:
@@ -130,7 +132,7 @@ def install():
     compile_hook.enable(wrap_mixed_float16=True)
 
 
-def uninstall():
+def uninstall() -> None:
     """Undoes `install()`: TensorFlow's names are as they were before.
 
     The `keras.Model.compile` hook is removed too, unless a tf_lso

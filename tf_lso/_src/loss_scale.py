@@ -6,8 +6,11 @@ one interface, `__call__()` and `update(grads)`, so the optimizer never needs
 to know which one it holds.
 """
 
+from __future__ import annotations
+
 import abc
 import typing
+from typing import Any
 
 import tensorflow as tf
 
@@ -57,11 +60,11 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
     """
 
     @abc.abstractmethod
-    def __call__(self):
+    def __call__(self) -> tf.Tensor:
         """Returns the current loss scale as a float32 scalar tensor."""
 
     @abc.abstractmethod
-    def update(self, grads):
+    def update(self, grads: Any) -> tuple[tf.Operation | None, bool | tf.Tensor]:
         """Updates the loss scale from this step's unscaled gradients.
 
         Args:
@@ -76,7 +79,7 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
         """
 
     @abc.abstractmethod
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         """Returns the constructor arguments of this loss scale as a dict."""
 
     def _update_packed(self, packed, window_end=None):
@@ -102,7 +105,7 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
         return self.update(packed.unpack())
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config: dict[str, Any]) -> LossScale:
         """Creates a loss scale from the output of `get_config()`.
 
         Args:
@@ -148,7 +151,7 @@ class FixedLossScale(LossScale):
     (None, True)
     """
 
-    def __init__(self, loss_scale_value):
+    def __init__(self, loss_scale_value: int | float) -> None:
         if not isinstance(loss_scale_value, (int, float)):
             raise ValueError(
                 "`loss_scale_value` must be a Python int or float. Received: "
@@ -184,7 +187,7 @@ class FixedLossScale(LossScale):
     def __call__(self):
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
-    def update(self, grads):
+    def update(self, grads: Any) -> tuple[tf.Operation | None, bool]:
         """Does nothing: a fixed loss scale applies every step.
 
         Args:
@@ -200,7 +203,7 @@ class FixedLossScale(LossScale):
     def _update_packed(self, packed, window_end=None):
         return self.update(packed.values)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         """Returns `{'loss_scale_value': <float>}`."""
         return {"loss_scale_value": self._loss_scale_value}
 
@@ -247,10 +250,10 @@ class DynamicLossScale(LossScale):
 
     def __init__(
         self,
-        initial_loss_scale=DEFAULT_INITIAL_SCALE,
-        increment_period=DEFAULT_GROWTH_STEPS,
-        multiplier=2.0,
-    ):
+        initial_loss_scale: float = DEFAULT_INITIAL_SCALE,
+        increment_period: int = DEFAULT_GROWTH_STEPS,
+        multiplier: float = 2.0,
+    ) -> None:
         super().__init__()
         initial = validation.scale(initial_loss_scale, "initial_loss_scale")
         period = validation.integer(increment_period, "increment_period")
@@ -264,17 +267,17 @@ class DynamicLossScale(LossScale):
         self.good_steps = state_variable(0, tf.int64, "good_steps")
 
     @property
-    def initial_loss_scale(self):
+    def initial_loss_scale(self) -> float:
         """The loss scale the variables started from (a Python float)."""
         return self._initial_loss_scale
 
     @property
-    def increment_period(self):
+    def increment_period(self) -> int:
         """Consecutive finite steps before the scale grows (a Python int)."""
         return self._increment_period
 
     @property
-    def multiplier(self):
+    def multiplier(self) -> float:
         """The growth and back-off factor (a Python float)."""
         return self._multiplier
 
@@ -289,7 +292,7 @@ class DynamicLossScale(LossScale):
     def __call__(self):
         return tf.convert_to_tensor(self.current_loss_scale)
 
-    def update(self, grads):
+    def update(self, grads: Any) -> tuple[tf.Tensor | None, tf.Tensor]:
         """Advances or backs off the loss scale, see the class docstring.
 
         Works in eager mode, inside `tf.function`, and under a distribution
@@ -377,7 +380,7 @@ class DynamicLossScale(LossScale):
             tf.math.is_finite(scale), backed_off, self._initial_loss_scale
         )
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         """Returns the constructor arguments; the current state is not config.
 
         Returns:

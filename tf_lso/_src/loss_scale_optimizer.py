@@ -1,5 +1,13 @@
 """`tf_lso.LossScaleOptimizer`: TF 2.4's tf.keras.mixed_precision class."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import Any
+from typing import NoReturn
+
 import keras
 import tensorflow as tf
 
@@ -74,14 +82,14 @@ class LossScaleOptimizer(
 
     def __init__(
         self,
-        inner_optimizer,
-        dynamic=True,
-        initial_scale=None,
-        dynamic_growth_steps=None,
+        inner_optimizer: Any,
+        dynamic: bool = True,
+        initial_scale: float | None = None,
+        dynamic_growth_steps: int | None = None,
         *,
-        max_consecutive_skips=None,
-        print_overflows=False,
-    ):
+        max_consecutive_skips: int | None = None,
+        print_overflows: bool = False,
+    ) -> None:
         inner = inner_lib.wrap(inner_optimizer, "inner_optimizer")
         optimizer_config.check_dynamic(dynamic)  # Before the strategy check.
         distribute.check_strategy_supported()
@@ -115,22 +123,22 @@ class LossScaleOptimizer(
                 or loss_scale_lib.OptimizerSettings(True, None, None, None))
 
     @property
-    def dynamic(self):
+    def dynamic(self) -> bool:
         """Whether the loss scale is updated during training."""
         return self._settings().dynamic
 
     @property
-    def loss_scale(self):
+    def loss_scale(self) -> tf.Tensor:
         """The current loss scale as a float32 scalar tensor."""
         return self._loss_scale()
 
     @property
-    def dynamic_counter(self):
+    def dynamic_counter(self) -> tf.Variable | None:
         """The int64 count of finite steps since the last change, or None."""
         return self._settings().counter
 
     @property
-    def skipped_steps(self):
+    def skipped_steps(self) -> tf.Variable:
         """The int64 number of steps skipped for non-finite gradients.
 
         Counts the steps skipped since this optimizer was created (it is not
@@ -140,7 +148,7 @@ class LossScaleOptimizer(
         return self._step.skipped_steps
 
     @property
-    def last_overflow(self):
+    def last_overflow(self) -> training_health.Overflow | None:
         """The last step skipped for non-finite gradients, or None. Eager only.
 
         A `tf_lso.Overflow(step, count, variables, consecutive_skips)`: the
@@ -160,26 +168,26 @@ class LossScaleOptimizer(
         return self._overflow.last()
 
     @property
-    def max_consecutive_skips(self):
+    def max_consecutive_skips(self) -> int | None:
         """Skipped steps in a row allowed before an error, or None."""
         return self._overflow.max_consecutive_skips
 
     @property
-    def print_overflows(self):
+    def print_overflows(self) -> bool:
         """Whether skipped steps print their offending variables."""
         return self._overflow.print_overflows
 
     @property
-    def initial_scale(self):
+    def initial_scale(self) -> float | None:
         """The initial loss scale (a Python float)."""
         return self._settings().initial_scale
 
     @property
-    def dynamic_growth_steps(self):
+    def dynamic_growth_steps(self) -> int | None:
         """Finite steps between increases (a Python int), or None if fixed."""
         return self._settings().growth_steps
 
-    def build(self, var_list):
+    def build(self, var_list: Sequence[tf.Variable]) -> None:
         """Creates the inner optimizer's variables for `var_list`.
 
         Args:
@@ -189,7 +197,7 @@ class LossScaleOptimizer(
         self._trainable_variables = list(var_list)
         self.built = True
 
-    def finalize_variable_values(self, var_list):
+    def finalize_variable_values(self, var_list: Sequence[tf.Variable]) -> None:
         """Forwards to the inner optimizer (Keras 3 EMA support).
 
         Args:
@@ -199,7 +207,9 @@ class LossScaleOptimizer(
 
     # -- Scaling ------------------------------------------------------------
 
-    def get_scaled_loss(self, loss):
+    def get_scaled_loss(
+        self, loss: tf.Tensor | Callable[[], tf.Tensor]
+    ) -> tf.Tensor | Callable[[], tf.Tensor]:
         """Multiplies the loss by the loss scale.
 
         Args:
@@ -219,7 +229,9 @@ class LossScaleOptimizer(
             return scaled_loss
         return gradients_lib.scale_by(loss, self._loss_scale())
 
-    def get_unscaled_gradients(self, grads):
+    def get_unscaled_gradients(
+        self, grads: Sequence[gradients_lib.Gradient]
+    ) -> list[gradients_lib.Gradient]:
         """Divides gradients by the loss scale.
 
         Multiplies each gradient by the float32 reciprocal of the loss scale,
@@ -238,7 +250,7 @@ class LossScaleOptimizer(
         packed = gradients_lib.pack(list(grads)).unscaled(self._loss_scale())
         return self._handed_out.remember(packed.unpack(), packed)
 
-    def scale_loss(self, loss):
+    def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
         """Keras 3's loss scaling: scales `loss` for the next apply.
 
         `Model.fit` calls this and then passes the resulting *scaled*
@@ -258,8 +270,11 @@ class LossScaleOptimizer(
     # -- Applying -----------------------------------------------------------
 
     def apply_gradients(
-        self, grads_and_vars, name=None, experimental_aggregate_gradients=True
-    ):
+        self,
+        grads_and_vars: Iterable[tuple[gradients_lib.Gradient, tf.Variable]],
+        name: str | None = None,
+        experimental_aggregate_gradients: bool = True,
+    ) -> tf.Variable:
         """Applies unscaled gradients, or skips the step if any is not finite.
 
         On a finite step the inner optimizer applies the gradients (its
@@ -291,7 +306,11 @@ class LossScaleOptimizer(
                     scaled)
         return self.iterations
 
-    def apply(self, grads, trainable_variables=None):
+    def apply(
+        self,
+        grads: Sequence[gradients_lib.Gradient],
+        trainable_variables: Sequence[tf.Variable] | None = None,
+    ) -> None:
         """Keras 3's `apply`: applies *scaled* gradients.
 
         Args:
@@ -310,7 +329,9 @@ class LossScaleOptimizer(
         self._keras_scaled_loss = False
         self._apply(list(grads), list(trainable_variables), None, True, True)
 
-    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+    def stateless_apply(
+        self, optimizer_variables: Any, grads: Any, trainable_variables: Any
+    ) -> NoReturn:
         """Not available: Keras 3 has no stateless apply on TensorFlow.
 
         Raises:
@@ -340,7 +361,14 @@ class LossScaleOptimizer(
                 packed = packed.unscaled(self._loss_scale())
         self._step(packed, var_list, name, aggregate)
 
-    def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
+    def minimize(
+        self,
+        loss: tf.Tensor | Callable[[], tf.Tensor],
+        var_list: Sequence[tf.Variable] | Callable[[], Sequence[tf.Variable]],
+        grad_loss: tf.Tensor | None = None,
+        name: str | None = None,
+        tape: tf.GradientTape | None = None,
+    ) -> tf.Variable:
         """Scales the loss, differentiates, unscales and applies.
 
         Args:
@@ -380,7 +408,9 @@ class LossScaleOptimizer(
         grads = tape.gradient(scaled_loss, var_list, output_gradients=grad_loss)
         return list(zip(self.get_unscaled_gradients(grads), var_list))
 
-    def get_gradients(self, loss, params):
+    def get_gradients(
+        self, loss: tf.Tensor, params: Sequence[tf.Variable]
+    ) -> list[gradients_lib.Gradient]:
         """Scaled-loss gradients with `tf.gradients` (graph mode only).
 
         Args:
@@ -405,7 +435,7 @@ class LossScaleOptimizer(
 
     # -- Config -------------------------------------------------------------
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         """Returns the TF 2.4 config: the inner optimizer and scale settings.
 
         Returns:
@@ -424,7 +454,9 @@ class LossScaleOptimizer(
         }
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(
+        cls, config: dict[str, Any], custom_objects: dict | None = None
+    ) -> LossScaleOptimizer:
         """Creates an optimizer from a TF 2.4, TF <= 2.3 or Keras 3 config.
 
         Args:

@@ -164,13 +164,26 @@ def check_multiplier(loss_scale, source):
     )
 
 
+def legacy_loss_scale(config, custom_objects=None):
+    """The `LossScale` of a TF 2.1-2.3 config (`optimizer`, `loss_scale`).
+
+    Raises:
+        ValueError: For a DynamicLossScale whose multiplier is not 2, or an
+            unknown loss scale class.
+    """
+    loss_scale = serialization.deserialize(config["loss_scale"],
+                                           custom_objects)
+    check_multiplier(loss_scale, "config")
+    return loss_scale
+
+
 def upgrade_legacy_config(config):
     """Turns a TF <= 2.3 config (`optimizer`, `loss_scale`) into TF 2.4's."""
     config = dict(config)
     if "loss_scale" not in config:
         return config
-    loss_scale = serialization.deserialize(config.pop("loss_scale"))
-    check_multiplier(loss_scale, "config")
+    loss_scale = legacy_loss_scale(config)  # TF 2.4 passed no custom objects.
+    del config["loss_scale"]
     settings = loss_scale._optimizer_settings()
     if settings is None:
         raise ValueError(

@@ -6,10 +6,15 @@ also carries a loss scale. `model.compile` wraps a plain optimizer in a
 compile_hook.py), as TF 2.1-2.3 did.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import keras
 
 from tf_lso._src import compat
 from tf_lso._src import compile_hook
+from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import serialization
 
 
@@ -41,7 +46,7 @@ class Policy(keras.dtype_policies.FloatDTypePolicy):
     True
     """
 
-    def __init__(self, name, loss_scale="auto"):
+    def __init__(self, name: str, loss_scale: Any = "auto") -> None:
         if not isinstance(name, str):
             raise TypeError(
                 f"'name' must be a string, such as 'mixed_float16', but got: "
@@ -58,11 +63,11 @@ class Policy(keras.dtype_policies.FloatDTypePolicy):
         )
 
     @property
-    def loss_scale(self):
+    def loss_scale(self) -> loss_scale_lib.LossScale | None:
         """The `LossScale` that `compile` uses, or None."""
         return self._loss_scale
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         """Returns `{'name', 'loss_scale'}` (the loss scale serialized)."""
         return {
             "name": self.name,
@@ -71,7 +76,9 @@ class Policy(keras.dtype_policies.FloatDTypePolicy):
         }
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(
+        cls, config: dict[str, Any], custom_objects: dict | None = None
+    ) -> Policy:
         """Creates a policy from the output of `get_config()`.
 
         Args:
@@ -97,7 +104,7 @@ def _as_policy(policy):
     return Policy(policy.name)
 
 
-def set_policy(policy):
+def set_policy(policy: Policy | keras.DTypePolicy | str | None) -> None:
     """Sets the global dtype policy (TF 2.1-2.3's `set_policy`).
 
     Layers created afterwards use it, and `model.compile` wraps a plain
@@ -135,7 +142,7 @@ def set_policy(policy):
     keras.mixed_precision.set_global_policy(policy)
 
 
-def global_policy():
+def global_policy() -> Policy:
     """Returns the global policy as a `Policy`.
 
     Returns:
@@ -145,7 +152,7 @@ def global_policy():
     return _as_policy(keras.mixed_precision.global_policy())
 
 
-def get_layer_policy(layer):
+def get_layer_policy(layer: keras.layers.Layer) -> Policy:
     """Returns the dtype policy of a Keras layer as a `Policy`.
 
     Args:

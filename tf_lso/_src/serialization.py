@@ -4,6 +4,11 @@ Also converts TensorFlow's own deprecated `tf.compat.v1.mixed_precision` loss
 scale objects into tf_lso ones.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 import tensorflow as tf
 
 from tf_lso._src import compat
@@ -15,7 +20,7 @@ _BUILTIN_CLASSES = {
 }
 
 
-def serialize(loss_scale):
+def serialize(loss_scale: loss_scale_lib.LossScale) -> dict[str, Any]:
     """Serializes a loss scale into a Keras-style dict.
 
     Args:
@@ -33,7 +38,9 @@ def serialize(loss_scale):
     }
 
 
-def deserialize(config, custom_objects=None):
+def deserialize(
+    config: dict[str, Any], custom_objects: dict | None = None
+) -> loss_scale_lib.LossScale:
     """Creates a loss scale from the output of `serialize`.
 
     Args:
@@ -79,7 +86,7 @@ def deserialize(config, custom_objects=None):
     return classes[class_name].from_config(config["config"])
 
 
-def get(identifier):
+def get(identifier: Any) -> loss_scale_lib.LossScale | None:
     """Turns a loss scale identifier into a `LossScale`.
 
     Args:
@@ -116,7 +123,9 @@ def _fixed_loss_scale(number):
     return None
 
 
-def interpret(identifier, fixed):
+def interpret(
+    identifier: Any, fixed: Callable[[Any], loss_scale_lib.LossScale | None]
+) -> loss_scale_lib.LossScale | None:
     """The one parser of loss scale identifiers; None if there is none.
 
     Args:
@@ -141,12 +150,12 @@ def interpret(identifier, fixed):
     return fixed(identifier)
 
 
-def is_tensorflow_loss_scale(value):
+def is_tensorflow_loss_scale(value: Any) -> bool:
     """True for TF's deprecated `tf.compat.v1.mixed_precision.LossScale`s."""
     return isinstance(value, tf.compat.v1.mixed_precision.LossScale)
 
 
-def from_tensorflow_loss_scale(value):
+def from_tensorflow_loss_scale(value: Any) -> loss_scale_lib.LossScale:
     """Converts one of TF's deprecated loss scales into a tf_lso one.
 
     Configuration, current scale and counter are copied; from then on the
