@@ -61,8 +61,9 @@ class LossScaleMonitor(keras.callbacks.Callback):
             or update_freq < 1
         ):
             raise ValueError(
-                '"update_freq" must be "epoch" or a positive int, but got: '
-                f"{update_freq!r}."
+                '`update_freq` must be "epoch" or a positive int. Received: '
+                f"update_freq={update_freq!r}. Pass e.g. 100 to log every "
+                "100 batches."
             )
         self.update_freq = update_freq
         if max_consecutive_skips is not None:  # As the optimizer checks it.
@@ -79,7 +80,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         if not hasattr(optimizer, "skipped_steps"):
             raise ValueError(
                 "LossScaleMonitor needs a model compiled with a tf_lso "
-                f"optimizer, but the model's optimizer is: {optimizer!r}. "
+                f"optimizer. Received: model.optimizer={optimizer!r}. "
                 "Compile with tf_lso.LossScaleOptimizer(...) or "
                 "tf_lso.experimental.LossScaleOptimizer(...)."
             )

@@ -123,7 +123,7 @@ class InnerOptimizerForwarding:
         )
         raise AttributeError(
             f"'{type(self).__name__}' object has no attribute '{name}'.{hint}"
-        )
+        )  # Python's own wording first: code may match it.
 
     def __setattr__(self, name, value):
         # A hyperparameter of the inner optimizer is set there.

@@ -134,8 +134,8 @@ class _Inner:
     def slot_owner(self, method):
         raise AttributeError(
             f"{method}() needs an inner optimizer with slots (a "
-            "tf_keras.optimizers.legacy optimizer), but this "
-            f"LossScaleOptimizer wraps {self.optimizer!r}. Use "
+            "tf_keras.optimizers.legacy optimizer). Received: "
+            f"inner_optimizer={self.optimizer!r}. Use "
             "`inner_optimizer.variables` instead."
         )
 

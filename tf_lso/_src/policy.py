@@ -49,8 +49,9 @@ class Policy(keras.dtype_policies.FloatDTypePolicy):
     def __init__(self, name: str, loss_scale: Any = "auto") -> None:
         if not isinstance(name, str):
             raise TypeError(
-                f"'name' must be a string, such as 'mixed_float16', but got: "
-                f"{name!r}. For a DType, pass its name (e.g. dtype.name)."
+                "`name` must be a string, such as 'mixed_float16'. Received: "
+                f"name={name!r} of type {type(name).__name__}. For a DType, "
+                "pass its name (e.g. dtype.name)."
             )
         if name == "_infer":
             compat.init_dtype_policy_without_dtypes(self, name)
@@ -128,7 +129,8 @@ def set_policy(policy: Policy | keras.DTypePolicy | str | None) -> None:
     else:
         raise ValueError(
             "set_policy() takes a Policy, a policy name such as "
-            f"'mixed_float16', or None, but got: {policy!r}."
+            f"'mixed_float16', or None. Received: policy={policy!r}. Pass "
+            "one of those."
         )
     if policy.compute_dtype is None or not (
         policy.compute_dtype.startswith(("float", "bfloat"))
