@@ -121,6 +121,20 @@ class TfKerasLegacyInnerTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(float(opt.get_slot(var, "extra")), 1.0)
         self.assertEqual(opt.variables(), inner.variables())
 
+    def test_hyperparameters_first_read_inside_tf_function(self):
+        # The forwarded names come from get_config(), which reads variables:
+        # a first read while tracing must not lose them.
+        opt = tf_lso.LossScaleOptimizer(tf_keras.optimizers.legacy.Adam(1.0))
+        var = tf.Variable(1.0)
+
+        @tf.function
+        def step():
+            opt.apply_gradients([(tf.constant(1.0), var)])
+            return opt.beta_1 * 2.0
+
+        self.assertAllClose(step(), 1.8)
+        self.assertAllClose(opt.beta_1, 0.9)
+
     def test_config_round_trip(self):
         opt = tf_lso.LossScaleOptimizer(
             tf_keras.optimizers.legacy.SGD(2.0, momentum=0.5), initial_scale=4

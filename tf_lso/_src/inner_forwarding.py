@@ -114,7 +114,7 @@ class InnerOptimizerForwarding:
         if self._forwards(name):
             return getattr(self._inner.optimizer, name)
         inner = self.__dict__.get("_inner")
-        hint = "" if inner is None else (
+        hint = "" if inner is None or name.startswith("_") else (
             f" Besides its own attributes it forwards the hyperparameters of "
             f"its inner optimizer {type(inner.optimizer).__name__} (the keys "
             f"of its get_config()): {sorted(inner.hyperparameter_names())}. "

@@ -114,10 +114,12 @@ class _Inner:
 
     def hyperparameter_names(self):
         if self._hyperparameter_names is None:
-            try:
-                config = self.optimizer.get_config()
-            except Exception:  # noqa: BLE001 - a custom get_config may fail.
-                config = {}  # Then nothing is forwarded by name.
+            # Eagerly: a tf_keras legacy config reads variable values.
+            with tf.init_scope():
+                try:
+                    config = self.optimizer.get_config()
+                except Exception:  # noqa: BLE001 - custom get_config.
+                    return frozenset()  # Nothing by name; asked again later.
             self._hyperparameter_names = frozenset(config)
         return self._hyperparameter_names
 
