@@ -18,7 +18,6 @@ import tensorflow as tf
 
 from tf_lso._src import distribute
 from tf_lso._src import gradients as gradients_lib
-from tf_lso._src import loss_scale as loss_scale_lib
 
 
 class ApplyStep:
@@ -35,7 +34,7 @@ class ApplyStep:
         self._loss_scale = loss_scale
         self._overflow = overflow
         # Not checkpointed (the layout stays TF 2.4's), like the record.
-        self.skipped_steps = loss_scale_lib.state_variable(
+        self.skipped_steps = distribute.state_variable(
             0, tf.int64, "skipped_steps"
         )
 

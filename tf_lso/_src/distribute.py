@@ -157,3 +157,19 @@ def _lowered_cond(pred, true_fn, false_fn):
 
 def _none(_):
     return None
+
+
+def state_variable(initial_value, dtype, name):
+    """A non-trainable variable that every replica sets to the same value."""
+    # Every replica computes the same new value (the finite check is reduced
+    # across replicas first), so the first replica's write is everyone's.
+    # That lets `update` assign in a replica context, which TF's NONE
+    # aggregation forbade.
+    return tf.Variable(
+        initial_value,
+        dtype=dtype,
+        name=name,
+        trainable=False,
+        synchronization=tf.VariableSynchronization.ON_WRITE,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+    )

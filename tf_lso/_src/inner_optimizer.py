@@ -23,96 +23,71 @@ from tf_lso._src import tensor_like
 
 
 class InnerOptimizer(typing.Protocol):
-    """What a loss scale optimizer needs from the optimizer it wraps."""
+    """What a loss scale optimizer needs from the optimizer it wraps.
+
+    One class per kind subclasses it explicitly and inherits the defaults
+    here; `build`, `check_variables`, `apply` and `serialize` have none.
+
+    Args:
+        optimizer: The optimizer to wrap, of this class's kind.
+    """
 
     #: The wrapped optimizer.
     optimizer: typing.Any
-    #: Whether its `apply(..., aggregate=True)` sums gradients over replicas
+    #: Whether `apply(..., aggregate=True)` sums gradients over replicas
     #: before clipping them (TF 2.4's order). If not, the loss scale
     #: optimizer sums them first and applies with `aggregate=False`.
-    aggregates_before_clipping: bool
-
-    def build(self, var_list: list) -> None:
-        """Creates the variables (slots) for `var_list`; idempotent."""
-
-    def check_variables(self, var_list: list) -> None:
-        """Raises the optimizer's own error for variables it cannot update."""
-
-    def apply(self, grads_and_vars: list, name: str | None,
-              aggregate: bool) -> None:
-        """Applies unscaled gradients (summing over replicas if `aggregate`)."""
-
-    def skip_step(self) -> None:
-        """What a skipped step does instead of `apply` (counts the step)."""
-
-    def accumulation_window(self, var_list: list) -> tuple | None:
-        """`(is_window_end, accumulators)` with gradient accumulation, else None."""
-
-    @property
-    def iterations(self) -> tf.Variable:
-        """The step counter."""
-
-    def set_iterations(self, value) -> None:
-        """Assigns the step counter."""
-
-    def variables(self) -> list:
-        """The optimizer's variables (step counter, slots, ...)."""
-
-    def learning_rate(self):
-        """The learning rate, callable with a step if it follows a schedule."""
-
-    def hyperparameter_names(self) -> frozenset:
-        """The attributes a wrapper forwards: the keys of the config."""
-
-    def slot_names(self) -> list:
-        """Named slots (OptimizerV2), or `[]` for optimizers without."""
-
-    def slot_owner(self, method: str):
-        """The optimizer, if it has named slots; else an AttributeError."""
-
-    def checkpoint_children(self, save_type: str, **kwargs) -> dict:
-        """What a checkpoint saves under the optimizer's node."""
-
-    def checkpoint_child(self, name: str):
-        """The child `name` (also a TF 2.x name) of the node, or None."""
-
-    def deferred_dependencies(self) -> dict:
-        """Restores waiting for a child that does not exist yet."""
-
-    def create_or_restore_slot(self, position, slot_name: str, variable,
-                               **kwargs):
-        """Restores a slot from a checkpoint (now, or once it exists)."""
-
-    def serialize(self) -> dict:
-        """The optimizer's serialized config."""
-
-    def finalize(self, var_list: list) -> None:
-        """End-of-training hook (Keras 3 EMA)."""
-
-
-class _Inner:
-    """What the three kinds share; each subclass overrides what differs."""
-
-    aggregates_before_clipping = True
+    aggregates_before_clipping: bool = True
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
         self._hyperparameter_names = None
 
+    def build(self, var_list: list) -> None:
+        """Creates the variables (slots) for `var_list`; idempotent."""
+        raise NotImplementedError
+
+    def check_variables(self, var_list: list) -> None:
+        """Raises the optimizer's own error for variables it cannot update."""
+        raise NotImplementedError
+
+    def apply(self, grads_and_vars: list, name: str | None,
+              aggregate: bool) -> None:
+        """Applies unscaled gradients (summing over replicas if `aggregate`)."""
+        raise NotImplementedError
+
+    def serialize(self) -> dict:
+        """The optimizer's serialized config."""
+        raise NotImplementedError
+
+    def skip_step(self) -> None:
+        """What a skipped step does instead of `apply`: counts the step."""
+        self.optimizer.iterations.assign_add(1)
+
+    def accumulation_window(self, var_list: list) -> tuple | None:
+        """`(is_window_end, accumulators)` with gradient accumulation, else None."""
+        del var_list  # Only Keras 3 optimizers accumulate.
+        return None
+
     @property
-    def iterations(self):
+    def iterations(self) -> tf.Variable:
+        """The step counter."""
         return self.optimizer.iterations
 
-    def set_iterations(self, value):
+    def set_iterations(self, value) -> None:
+        """Assigns the step counter."""
         self.optimizer.iterations.assign(value)
 
-    def variables(self):
+    def variables(self) -> list:
+        """The optimizer's variables (step counter, slots, ...)."""
         return list(self.optimizer.variables)
 
     def learning_rate(self):
+        """The learning rate, callable with a step if it follows a schedule."""
         return self.optimizer.learning_rate
 
-    def hyperparameter_names(self):
+    def hyperparameter_names(self) -> frozenset:
+        """The attributes a wrapper forwards: the keys of the config."""
         if self._hyperparameter_names is None:
             # Eagerly: a tf_keras legacy config reads variable values.
             with tf.init_scope():
@@ -123,17 +98,12 @@ class _Inner:
             self._hyperparameter_names = frozenset(config)
         return self._hyperparameter_names
 
-    def skip_step(self):
-        self.optimizer.iterations.assign_add(1)
-
-    def accumulation_window(self, var_list):
-        del var_list  # Only Keras 3 optimizers accumulate.
-        return None
-
-    def slot_names(self):
+    def slot_names(self) -> list:
+        """Named slots (OptimizerV2), or `[]` for optimizers without."""
         return []
 
-    def slot_owner(self, method):
+    def slot_owner(self, method: str):
+        """The optimizer, if it has named slots; else an AttributeError."""
         raise AttributeError(
             f"{method}() needs an inner optimizer with slots (a "
             "tf_keras.optimizers.legacy optimizer). Received: "
@@ -141,26 +111,32 @@ class _Inner:
             "`inner_optimizer.variables` instead."
         )
 
-    def checkpoint_children(self, save_type, **kwargs):
+    def checkpoint_children(self, save_type: str, **kwargs) -> dict:
+        """What a checkpoint saves under the optimizer's node."""
         return compat.trackable_children(self.optimizer, save_type, **kwargs)
 
-    def checkpoint_child(self, name):
+    def checkpoint_child(self, name: str):
+        """The child `name` (also a TF 2.x name) of the node, or None."""
         return compat.lookup_dependency(self.optimizer, name)
 
-    def deferred_dependencies(self):
+    def deferred_dependencies(self) -> dict:
+        """Restores waiting for a child that does not exist yet."""
         return compat.deferred_dependencies(self.optimizer)
 
-    def create_or_restore_slot(self, position, slot_name, variable, **kwargs):
+    def create_or_restore_slot(self, position, slot_name: str, variable,
+                               **kwargs):
+        """Restores a slot from a checkpoint (now, or once it exists)."""
         del position, slot_name, variable, kwargs  # No named slots.
         return None
 
-    def finalize(self, var_list):
+    def finalize(self, var_list: list) -> None:
+        """End-of-training hook (Keras 3 EMA)."""
         finalize = getattr(self.optimizer, "finalize_variable_values", None)
         if finalize is not None:
             finalize(var_list)
 
 
-class KerasInner(_Inner):
+class KerasInner(InnerOptimizer):
     """A Keras 3 optimizer.
 
     It also restores TF 2.x checkpoints (`keras_slots`); slots that arrive
@@ -249,7 +225,7 @@ class KerasInner(_Inner):
         return config
 
 
-class TfKerasInner(_Inner):
+class TfKerasInner(InnerOptimizer):
     """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
 
     def build(self, var_list):
@@ -267,7 +243,7 @@ class TfKerasInner(_Inner):
         return compat.tf_keras_module().optimizers.serialize(self.optimizer)
 
 
-class TfKerasLegacyInner(_Inner):
+class TfKerasLegacyInner(InnerOptimizer):
     """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
 
     def build(self, var_list):

@@ -14,6 +14,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tf_lso._src import distribute
 from tf_lso._src import gradients as gradients_lib
 from tf_lso._src import tensor_like
 from tf_lso._src import validation
@@ -261,10 +262,10 @@ class DynamicLossScale(LossScale):
         self._initial_loss_scale = initial
         self._increment_period = period
         self._multiplier = factor
-        self.current_loss_scale = state_variable(
+        self.current_loss_scale = distribute.state_variable(
             initial, tf.float32, "current_loss_scale"
         )
-        self.good_steps = state_variable(0, tf.int64, "good_steps")
+        self.good_steps = distribute.state_variable(0, tf.int64, "good_steps")
 
     @property
     def initial_loss_scale(self) -> float:
@@ -419,19 +420,4 @@ def _corrupt_scale_message(value):
         "would be skipped. It was probably restored from a corrupt "
         "checkpoint. Restore an earlier checkpoint, or assign a finite value "
         "(such as 32768.0) to the loss scale's `current_loss_scale` variable."
-    )
-
-
-def state_variable(initial_value, dtype, name):
-    # Every replica computes the same new value (the finite check is reduced
-    # across replicas first), so the first replica's write is everyone's.
-    # That lets `update` assign in a replica context, which TF's NONE
-    # aggregation forbade.
-    return tf.Variable(
-        initial_value,
-        dtype=dtype,
-        name=name,
-        trainable=False,
-        synchronization=tf.VariableSynchronization.ON_WRITE,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
     )

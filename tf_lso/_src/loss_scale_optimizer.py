@@ -160,11 +160,6 @@ class LossScaleOptimizer(
         Raises:
             RuntimeError: Inside a `tf.function`.
         """
-        if not tf.executing_eagerly():
-            raise RuntimeError(
-                "`last_overflow` reads variables back to Python: read it "
-                "eagerly (outside tf.function), e.g. after a training step."
-            )
         return self._overflow.last()
 
     @property

@@ -14,7 +14,7 @@ import sys
 import tensorflow as tf
 
 from tf_lso._src import compat
-from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src import distribute
 from tf_lso._src import validation
 
 # How many offending variables a record names (the count is always exact).
@@ -67,7 +67,7 @@ class OverflowRecord(tf.Module):
             )
         self.max_consecutive_skips = max_consecutive_skips
         self.print_overflows = print_overflows
-        state = loss_scale_lib.state_variable
+        state = distribute.state_variable
         self.step = state(-1, tf.int64, "overflow_step")
         self.count = state(0, tf.int64, "overflow_count")
         self.indices = state([-1] * MAX_NAMED, tf.int64, "overflow_variables")
@@ -169,7 +169,16 @@ class OverflowRecord(tf.Module):
         )
 
     def last(self):
-        """The last skipped step as an `Overflow`, or None. Eager only."""
+        """The last skipped step as an `Overflow`, or None. Eager only.
+
+        Raises:
+            RuntimeError: Inside a `tf.function`.
+        """
+        if not tf.executing_eagerly():
+            raise RuntimeError(
+                "`last_overflow` reads variables back to Python: read it "
+                "eagerly (outside tf.function), e.g. after a training step."
+            )
         step = int(self.step.numpy())
         if step < 0:
             return None
