@@ -65,6 +65,26 @@ class InnerForwardingTest(tf.test.TestCase):
         opt.custom_state = 2  # Not forwarded: the wrapper's own attribute.
         self.assertEqual(inner.custom_state, 1)
 
+    def test_flags_are_not_exposed_as_in_tf2_4(self):
+        # TF 2.4's testArbitraryAttributesNotExposed and testDir.
+        inner = keras.optimizers.SGD()
+        opt = tf_lso.LossScaleOptimizer(inner)
+        self.assertFalse(opt.inner_optimizer.nesterov)
+        with self.assertRaisesRegex(
+            AttributeError, "'LossScaleOptimizer' object has no attribute "
+            "'nesterov'"
+        ):
+            opt.nesterov  # noqa: B018
+        opt.nesterov = True
+        self.assertTrue(opt.nesterov)
+        self.assertFalse(inner.nesterov)
+        fresh = tf_lso.LossScaleOptimizer(keras.optimizers.SGD())
+        for name in ("learning_rate", "lr", "minimize", "loss_scale",
+                     "momentum"):
+            self.assertIn(name, dir(fresh))
+        self.assertNotIn("nesterov", dir(fresh))
+        self.assertIn("nesterov", dir(fresh.inner_optimizer))
+
     def test_tf2_private_inner_optimizer_attribute(self):
         # TF's class kept the inner optimizer in `_optimizer`; TF 2.x code
         # reads it.

@@ -3,10 +3,11 @@
 `InnerOptimizerForwarding` is the base of `LossScaleOptimizer`. Explicit
 properties forward what every optimizer has (learning rate, clipping,
 iterations, variables, slots). Other attributes are forwarded by an explicit,
-derived list: the inner optimizer's hyperparameters, i.e. the keys of its
-`get_config()` (Adam's `beta_1`, ...). Anything else is the wrapper's own,
-and an unknown attribute raises an AttributeError naming the inner
-optimizer.
+derived list: the inner optimizer's hyperparameters, i.e. the numeric
+entries of its `get_config()` (Adam's `beta_1`, `epsilon`, ...), as TF 2.4
+forwarded its `_hyper` dict; flags such as SGD's `nesterov` are not.
+Anything else is the wrapper's own, and an unknown attribute raises an
+AttributeError naming the inner optimizer.
 """
 
 from __future__ import annotations
@@ -116,10 +117,10 @@ class InnerOptimizerForwarding:
         inner = self.__dict__.get("_inner")
         hint = "" if inner is None or name.startswith("_") else (
             f" Besides its own attributes it forwards the hyperparameters of "
-            f"its inner optimizer {type(inner.optimizer).__name__} (the keys "
-            f"of its get_config()): {sorted(inner.hyperparameter_names())}. "
-            "Other attributes of the inner optimizer are on "
-            "`inner_optimizer`."
+            f"its inner optimizer {type(inner.optimizer).__name__} (the "
+            "numeric entries of its get_config()): "
+            f"{sorted(inner.hyperparameter_names())}. Other attributes of the "
+            "inner optimizer are on `inner_optimizer`."
         )
         raise AttributeError(
             f"'{type(self).__name__}' object has no attribute '{name}'.{hint}"

@@ -15,6 +15,7 @@ import importlib
 import typing
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tf_lso._src import compat
@@ -87,7 +88,12 @@ class InnerOptimizer(typing.Protocol):
         return self.optimizer.learning_rate
 
     def hyperparameter_names(self) -> frozenset:
-        """The attributes a wrapper forwards: the keys of the config."""
+        """The attributes a wrapper forwards: the numeric config entries.
+
+        TF 2.4 forwarded the inner optimizer's `_hyper` dict, its numeric
+        hyperparameters (`learning_rate`, `beta_1`, `momentum`, ...); flags
+        such as SGD's `nesterov` were not forwarded, and are not here.
+        """
         if self._hyperparameter_names is None:
             # Eagerly: a tf_keras legacy config reads variable values.
             with tf.init_scope():
@@ -95,7 +101,9 @@ class InnerOptimizer(typing.Protocol):
                     config = self.optimizer.get_config()
                 except Exception:  # noqa: BLE001 - custom get_config.
                     return frozenset()  # Nothing by name; asked again later.
-            self._hyperparameter_names = frozenset(config)
+            self._hyperparameter_names = frozenset(
+                key for key, value in config.items() if _is_number(value)
+            )
         return self._hyperparameter_names
 
     def slot_names(self) -> list:
@@ -134,6 +142,16 @@ class InnerOptimizer(typing.Protocol):
         finalize = getattr(self.optimizer, "finalize_variable_values", None)
         if finalize is not None:
             finalize(var_list)
+
+
+def _is_number(value):
+    # Python and NumPy scalars, 0-d arrays and eager tensors alike (a
+    # tf_keras legacy config holds the values of its variables); not bools.
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        return False
+    return array.ndim == 0 and array.dtype.kind in "iuf"
 
 
 class KerasInner(InnerOptimizer):
