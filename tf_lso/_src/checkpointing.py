@@ -122,8 +122,9 @@ class LayoutCheckpointing:
     def _create_or_restore_slot_variable(
         self, slot_variable_position, slot_name, variable, **kwargs
     ):
-        return self._checkpoint_layout().slot(slot_variable_position, slot_name,
-                                   variable, **kwargs)
+        return self._checkpoint_layout().slot(
+            slot_variable_position, slot_name, variable, **kwargs
+        )
 
     # `.keras` files: Keras saves the inner optimizer itself (as
     # `inner_optimizer`); the wrapper's own entry holds the loss scale state.
@@ -134,7 +135,8 @@ class LayoutCheckpointing:
         Args:
             store: The dict-like store Keras passes.
         """
-        for i, variable in enumerate(self._checkpoint_layout().loss_scale.variables):
+        variables = self._checkpoint_layout().loss_scale.variables
+        for i, variable in enumerate(variables):
             store[str(i)] = variable.numpy()
 
     def load_own_variables(self, store):
