@@ -257,3 +257,11 @@ def test_init_dtype_policy_without_dtypes_hook():
     assert policy.compute_dtype is None
     assert policy.variable_dtype is None
     assert policy.quantization_mode is None
+
+
+def test_legacy_hyperparameter_names_hook():
+    tf_keras = pytest.importorskip("tf_keras")
+    optimizer = tf_keras.optimizers.legacy.Adam(0.5)
+    names = compat.legacy_hyperparameter_names(optimizer)
+    assert {"learning_rate", "decay", "beta_1", "beta_2"} <= names
+    assert "epsilon" not in names and "amsgrad" not in names

@@ -144,6 +144,16 @@ def legacy_create_all_weights(optimizer, var_list):
     optimizer._create_all_weights(var_list)
 
 
+def legacy_hyperparameter_names(optimizer):
+    """The hyperparameter names of a tf_keras legacy optimizer.
+
+    Private hook: the keys of `tf_keras.optimizers.legacy.Optimizer._hyper`
+    (tf_keras 2.16 to 2.21; TF 2.x's OptimizerV2 had the same dict), which
+    TF 2.4's LossScaleOptimizer forwarded.
+    """
+    return frozenset(optimizer._hyper)
+
+
 def tf_dynamic_loss_scale_counter(loss_scale):
     """The good-steps counter of TF's deprecated `DynamicLossScale`.
 

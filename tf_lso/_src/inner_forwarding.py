@@ -5,7 +5,8 @@ properties forward what every optimizer has (learning rate, clipping,
 iterations, variables, slots). Other attributes are forwarded by an explicit,
 derived list: the inner optimizer's hyperparameters, i.e. the numeric
 entries of its `get_config()` (Adam's `beta_1`, `epsilon`, ...), as TF 2.4
-forwarded its `_hyper` dict; flags such as SGD's `nesterov` are not.
+forwarded its `_hyper` dict (a tf_keras legacy optimizer's own `_hyper`
+keys); flags such as SGD's `nesterov` are not.
 Anything else is the wrapper's own, and an unknown attribute raises an
 AttributeError naming the inner optimizer.
 """

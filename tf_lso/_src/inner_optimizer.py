@@ -93,6 +93,7 @@ class InnerOptimizer(typing.Protocol):
         TF 2.4 forwarded the inner optimizer's `_hyper` dict, its numeric
         hyperparameters (`learning_rate`, `beta_1`, `momentum`, ...); flags
         such as SGD's `nesterov` were not forwarded, and are not here.
+        tf_keras legacy optimizers forward that very dict.
         """
         if self._hyperparameter_names is None:
             # Eagerly: a tf_keras legacy config reads variable values.
@@ -278,6 +279,11 @@ class TfKerasLegacyInner(InnerOptimizer):
 
     def variables(self):
         return list(self.optimizer.variables())
+
+    def hyperparameter_names(self):
+        # Exactly what TF 2.4 forwarded; the config's values are variable
+        # reads, which can be empty while the first step is traced.
+        return compat.legacy_hyperparameter_names(self.optimizer)
 
     def slot_names(self):
         return self.optimizer.get_slot_names()
