@@ -118,8 +118,7 @@ class InnerOptimizerForwarding:
         inner = self.__dict__.get("_inner")
         hint = "" if inner is None or name.startswith("_") else (
             f" Besides its own attributes it forwards the hyperparameters of "
-            f"its inner optimizer {type(inner.optimizer).__name__} (the "
-            "numeric entries of its get_config()): "
+            f"its inner optimizer {type(inner.optimizer).__name__}: "
             f"{sorted(inner.hyperparameter_names())}. Other attributes of the "
             "inner optimizer are on `inner_optimizer`."
         )
