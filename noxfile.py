@@ -56,13 +56,7 @@ def lint(session):
 )
 def tests(session, tensorflow, keras, tf_keras):
     """Runs the whole test suite on one TensorFlow/Keras pair."""
-    session.install(
-        f"tensorflow=={tensorflow}",
-        f"keras=={keras}",
-        f"tf-keras=={tf_keras}",
-        "-e",
-        ".[tensorflow,test]",
-    )
+    _install(session, tensorflow, keras, tf_keras)
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
 
 
@@ -78,6 +72,14 @@ BENCHMARKS = (
 def benchmarks(session):
     """Runs benchmarks/ on the newest pair; they rewrite docs/performance.md."""
     tensorflow, keras, tf_keras, _ = MATRIX[-1]
+    _install(session, tensorflow, keras, tf_keras)
+    for script, *args in [session.posargs] if session.posargs else BENCHMARKS:
+        session.run("python", f"benchmarks/{script}", *args)
+
+
+def _install(session, tensorflow, keras, tf_keras):
+    """Exact TensorFlow, Keras and tf_keras with tf_lso's own extras, so pip
+    fails the session if setup.py's ranges stop accepting the pair."""
     session.install(
         f"tensorflow=={tensorflow}",
         f"keras=={keras}",
@@ -85,6 +87,3 @@ def benchmarks(session):
         "-e",
         ".[tensorflow,test]",
     )
-    script, *args = session.posargs or (None,)
-    for command in ((script, *args),) if script else BENCHMARKS:
-        session.run("python", f"benchmarks/{command[0]}", *command[1:])
