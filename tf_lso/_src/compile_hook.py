@@ -39,7 +39,8 @@ def enable(*, wrap_mixed_float16: bool | None = None) -> None:
 
     @functools.wraps(original)
     def compile(self, optimizer="rmsprop", *args, **kwargs):
-        if _policy_without_loss_scale(getattr(self, "dtype_policy", None)):
+        policy = _tf_lso_policy(self)
+        if policy is not None and policy.loss_scale is None:
             # TF 2.1-2.3: a policy without a loss scale means no scaling.
             kwargs.setdefault("auto_scale_loss", False)
         optimizer = compile_optimizer(
@@ -82,11 +83,10 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
     """
     from tf_lso._src import experimental_loss_scale_optimizer as v1
     from tf_lso._src import loss_scale_optimizer as v2
-    from tf_lso._src import policy as policy_lib
 
     policy = getattr(model, "dtype_policy", None)
-    wrap_v1 = (isinstance(policy, policy_lib.Policy)
-               and policy.loss_scale is not None)
+    tf_lso_policy = _tf_lso_policy(model)
+    wrap_v1 = tf_lso_policy is not None and tf_lso_policy.loss_scale is not None
     wrap_v2 = (
         not wrap_v1 and _switch["wrap_mixed_float16"] and auto_scale_loss
         and policy is not None and policy.name == "mixed_float16"
@@ -101,10 +101,12 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
     return v1.LossScaleOptimizerV1(optimizer, _fresh(policy.loss_scale))
 
 
-def _policy_without_loss_scale(policy):
+def _tf_lso_policy(model):
+    """The model's dtype policy if it is a tf_lso `Policy`, else None."""
     from tf_lso._src import policy as policy_lib
 
-    return isinstance(policy, policy_lib.Policy) and policy.loss_scale is None
+    policy = getattr(model, "dtype_policy", None)
+    return policy if isinstance(policy, policy_lib.Policy) else None
 
 
 def _fresh(loss_scale):
