@@ -86,3 +86,46 @@ def test_ci_lints_first_with_a_pinned_ruff():
     assert lint < text.index("def tests(")  # nox runs sessions in file order
     assert re.search(r'RUFF = "ruff==\d+\.\d+\.\d+"', text)
     assert (ROOT / "ruff.toml").exists()
+
+
+def _python_floor():
+    text = (ROOT / "setup.py").read_text()
+    return _minor(re.search(r'python_requires=">=([\d.]+)"', text).group(1))
+
+
+def test_ruff_targets_the_declared_python_floor():
+    # ruff then never suggests syntax newer than the oldest Python we accept.
+    floor = _python_floor()
+    text = (ROOT / "ruff.toml").read_text()
+    assert f'target-version = "py{floor[0]}{floor[1]}"' in text
+
+
+def _runtime_unions(path):
+    """`A | B` outside annotations where an operand is a type-like name."""
+    tree = ast.parse(path.read_text())
+    in_annotation = set()
+    for node in ast.walk(tree):
+        for field in ("annotation", "returns"):
+            value = getattr(node, field, None)
+            if value is not None:
+                in_annotation.update(id(n) for n in ast.walk(value))
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)
+                and id(node) not in in_annotation):
+            operands = (node.left, node.right)
+            if any(isinstance(o, ast.Attribute) and o.attr[:1].isupper()
+                   or isinstance(o, ast.Constant) and o.value is None
+                   for o in operands):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_runtime_type_unions_below_python_3_10():
+    # `tf.Tensor | None` evaluated at import time is a TypeError on Python
+    # 3.9, which setup.py accepts; annotations are strings (PEP 563).
+    if _python_floor() >= (3, 10):
+        pytest.skip("setup.py requires Python 3.10+")
+    found = [u for p in sorted((ROOT / "tf_lso").rglob("*.py"))
+             for u in _runtime_unions(p)]
+    assert not found, found

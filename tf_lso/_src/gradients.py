@@ -7,13 +7,16 @@ per-variable cost of loss scaling is decided here.
 from __future__ import annotations
 
 import math
+from typing import Optional
+from typing import Union
 
 import tensorflow as tf
 
 from tf_lso._src import compat
 
-# What a gradient can be, as `tape.gradient` returns it.
-Gradient = tf.Tensor | tf.IndexedSlices | None
+# What a gradient can be, as `tape.gradient` returns it. Evaluated at import
+# time, so no `X | Y` (Python 3.9, which setup.py accepts).
+Gradient = Optional[Union[tf.Tensor, tf.IndexedSlices]]
 
 
 def _dense_values(grad):
