@@ -1,16 +1,57 @@
 """Tests for tf_lso._src.inner_optimizer: what can be wrapped, incl. tf_keras."""
 
+import importlib
+import inspect
+import pkgutil
+
 import keras
 import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
+from tf_lso._src import inner_optimizer as inner_lib
 
 import test_util
 
 tf_keras = test_util.tf_keras
 
 NAN = float("nan")
+
+
+class ProtocolTest(tf.test.TestCase, parameterized.TestCase):
+    def test_no_protocol_defines_a_constructor(self):
+        # Before Python 3.11 (which setup.py accepts), typing.Protocol
+        # replaces a protocol's own __init__ (python/cpython#88970): the
+        # kinds would be built without their optimizer.
+        import tf_lso._src as src
+
+        protocols = [
+            cls
+            for info in pkgutil.iter_modules(src.__path__)
+            for _, cls in inspect.getmembers(
+                importlib.import_module(f"tf_lso._src.{info.name}"),
+                inspect.isclass)
+            if cls.__dict__.get("_is_protocol", False)
+        ]
+        self.assertIn(inner_lib.InnerOptimizer, protocols)
+        for cls in protocols:
+            # typing's own placeholder is fine; a tf_lso constructor is not.
+            init = cls.__dict__.get("__init__")
+            self.assertNotEqual(getattr(init, "__module__", None),
+                                cls.__module__, cls)
+
+    @parameterized.named_parameters(
+        ("keras3", keras.optimizers.SGD, inner_lib.KerasInner),
+        ("tf_keras", lambda: tf_keras.optimizers.SGD(), inner_lib.TfKerasInner),
+        ("tf_keras_legacy", lambda: tf_keras.optimizers.legacy.SGD(),
+         inner_lib.TfKerasLegacyInner),
+    )
+    def test_each_kind_holds_its_optimizer(self, make, kind):
+        optimizer = make()
+        inner = inner_lib.wrap(optimizer, "inner_optimizer")
+        self.assertIsInstance(inner, kind)
+        self.assertIs(inner.optimizer, optimizer)
+        self.assertIn("learning_rate", inner.hyperparameter_names())
 
 
 class WrappingTest(tf.test.TestCase, parameterized.TestCase):

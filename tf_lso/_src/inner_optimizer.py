@@ -26,11 +26,9 @@ from tf_lso._src import tensor_like
 class InnerOptimizer(typing.Protocol):
     """What a loss scale optimizer needs from the optimizer it wraps.
 
-    One class per kind subclasses it explicitly and inherits the defaults
-    here; `build`, `check_variables`, `apply` and `serialize` have none.
-
-    Args:
-        optimizer: The optimizer to wrap, of this class's kind.
+    One class per kind subclasses it explicitly (through `_Wrapper`) and
+    inherits the defaults here; `build`, `check_variables`, `apply` and
+    `serialize` have none.
     """
 
     #: The wrapped optimizer.
@@ -39,10 +37,6 @@ class InnerOptimizer(typing.Protocol):
     #: before clipping them (TF 2.4's order). If not, the loss scale
     #: optimizer sums them first and applies with `aggregate=False`.
     aggregates_before_clipping: bool = True
-
-    def __init__(self, optimizer):
-        self.optimizer = optimizer
-        self._hyperparameter_names = None
 
     def build(self, var_list: list) -> None:
         """Creates the variables (slots) for `var_list`; idempotent."""
@@ -145,6 +139,21 @@ class InnerOptimizer(typing.Protocol):
             finalize(var_list)
 
 
+class _Wrapper(InnerOptimizer):
+    """The constructor of every kind.
+
+    Not on the protocol itself: before Python 3.11, `typing.Protocol`
+    replaces a protocol's own `__init__` (python/cpython#88970).
+
+    Args:
+        optimizer: The optimizer to wrap, of the subclass's kind.
+    """
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self._hyperparameter_names = None
+
+
 def _is_number(value):
     # Python and NumPy scalars, 0-d arrays and eager tensors alike (a
     # tf_keras legacy config holds the values of its variables); not bools.
@@ -155,7 +164,7 @@ def _is_number(value):
     return array.ndim == 0 and array.dtype.kind in "iuf"
 
 
-class KerasInner(InnerOptimizer):
+class KerasInner(_Wrapper):
     """A Keras 3 optimizer.
 
     It also restores TF 2.x checkpoints (`keras_slots`); slots that arrive
@@ -244,7 +253,7 @@ class KerasInner(InnerOptimizer):
         return config
 
 
-class TfKerasInner(InnerOptimizer):
+class TfKerasInner(_Wrapper):
     """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
 
     def build(self, var_list):
@@ -262,7 +271,7 @@ class TfKerasInner(InnerOptimizer):
         return compat.tf_keras_module().optimizers.serialize(self.optimizer)
 
 
-class TfKerasLegacyInner(InnerOptimizer):
+class TfKerasLegacyInner(_Wrapper):
     """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
 
     def build(self, var_list):
