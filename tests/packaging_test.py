@@ -100,11 +100,21 @@ def test_ruff_targets_the_declared_python_floor():
     assert f'target-version = "py{floor[0]}{floor[1]}"' in text
 
 
+_TYPE_NAMES = {"bool", "int", "float", "str", "bytes", "dict", "list",
+               "tuple", "set", "frozenset", "object", "type", "Any"}
+
+
 def _runtime_unions(path):
-    """`A | B` outside annotations where an operand is a type-like name."""
+    """`A | B` evaluated at import: where an operand is a type-like name,
+    outside annotations (strings under `from __future__ import annotations`)."""
     tree = ast.parse(path.read_text())
     in_annotation = set()
-    for node in ast.walk(tree):
+    postponed = any(
+        isinstance(node, ast.ImportFrom) and node.module == "__future__"
+        and any(alias.name == "annotations" for alias in node.names)
+        for node in tree.body
+    )
+    for node in ast.walk(tree) if postponed else ():
         for field in ("annotation", "returns"):
             value = getattr(node, field, None)
             if value is not None:
@@ -115,6 +125,7 @@ def _runtime_unions(path):
                 and id(node) not in in_annotation):
             operands = (node.left, node.right)
             if any(isinstance(o, ast.Attribute) and o.attr[:1].isupper()
+                   or isinstance(o, ast.Name) and o.id in _TYPE_NAMES
                    or isinstance(o, ast.Constant) and o.value is None
                    for o in operands):
                 found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
@@ -123,7 +134,8 @@ def _runtime_unions(path):
 
 def test_no_runtime_type_unions_below_python_3_10():
     # `tf.Tensor | None` evaluated at import time is a TypeError on Python
-    # 3.9, which setup.py accepts; annotations are strings (PEP 563).
+    # 3.9, which setup.py accepts; so is `bool | None` in the annotations of
+    # a module without `from __future__ import annotations`.
     if _python_floor() >= (3, 10):
         pytest.skip("setup.py requires Python 3.10+")
     found = [u for p in sorted((ROOT / "tf_lso").rglob("*.py"))

@@ -15,6 +15,8 @@ Two switches, both explicit:
   instead of Keras 3's class; `tf_lso.install()` turns it on.
 """
 
+from __future__ import annotations
+
 import functools
 
 import keras
