@@ -5,6 +5,8 @@
     nox -s tests   # every pair of the matrix
     nox -s lint    # ruff (configured in ruff.toml)
     nox -s "tests(tf2.18.1-keras3.8.0)"   # one pair; `-- -k name` picks tests
+    nox -s older_pythons   # the oldest pair on Python 3.9 and 3.10 (needs
+                           # python3.9 and python3.10 on PATH)
     nox -s benchmarks   # docs/performance.md, measured anew (over an hour);
                         # `-- ablation.py --mirrored` runs one benchmark
 
@@ -56,6 +58,18 @@ def lint(session):
 )
 def tests(session, tensorflow, keras, tf_keras):
     """Runs the whole test suite on one TensorFlow/Keras pair."""
+    _install(session, tensorflow, keras, tf_keras)
+    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
+
+
+@nox.session(python=["3.9", "3.10"])
+def older_pythons(session):
+    """Runs the whole test suite on the oldest pair under Python 3.9 and 3.10.
+
+    setup.py accepts them (as TensorFlow 2.16 does); CI machines have only
+    Python 3.11, so this session is not in `-t ci`.
+    """
+    tensorflow, keras, tf_keras, _ = MATRIX[0]
     _install(session, tensorflow, keras, tf_keras)
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
 
