@@ -58,8 +58,7 @@ def lint(session):
 )
 def tests(session, tensorflow, keras, tf_keras):
     """Runs the whole test suite on one TensorFlow/Keras pair."""
-    _install(session, tensorflow, keras, tf_keras)
-    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
+    _run_suite(session, tensorflow, keras, tf_keras)
 
 
 @nox.session(python=["3.9", "3.10"])
@@ -70,6 +69,11 @@ def older_pythons(session):
     Python 3.11, so this session is not in `-t ci`.
     """
     tensorflow, keras, tf_keras, _ = MATRIX[0]
+    _run_suite(session, tensorflow, keras, tf_keras)
+
+
+def _run_suite(session, tensorflow, keras, tf_keras):
+    """Installs one pair, then runs tests/ (`-- args` go to pytest)."""
     _install(session, tensorflow, keras, tf_keras)
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
 
