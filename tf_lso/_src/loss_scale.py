@@ -33,9 +33,13 @@ class OptimizerSettings(typing.NamedTuple):
         initial_scale: The initial (for a fixed scale: the only) value.
         growth_steps: Finite steps between increases; None when fixed.
         counter: The int64 variable counting finite steps; None when fixed.
+
+    A loss scale that these arguments cannot describe has none (see
+    `LossScale._optimizer_settings`); an optimizer then reports None for all
+    four.
     """
 
-    dynamic: bool
+    dynamic: bool | None
     initial_scale: float | None
     growth_steps: int | None
     counter: tf.Variable | None

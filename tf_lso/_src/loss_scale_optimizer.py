@@ -118,13 +118,18 @@ class LossScaleOptimizer(
     # -- Loss scale state ---------------------------------------------------
 
     def _settings(self):
-        # A custom LossScale (TF 2.1-2.3 allowed them) has no TF 2.4 settings.
+        # A custom LossScale (TF 2.1-2.3 allowed them) has no TF 2.4
+        # settings: whether it changes is unknown too.
         return (self._loss_scale._optimizer_settings()
-                or loss_scale_lib.OptimizerSettings(True, None, None, None))
+                or loss_scale_lib.OptimizerSettings(None, None, None, None))
 
     @property
-    def dynamic(self) -> bool:
-        """Whether the loss scale is updated during training."""
+    def dynamic(self) -> bool | None:
+        """Whether the loss scale is updated during training.
+
+        None for a custom `LossScale` subclass, which TF 2.4's arguments
+        cannot describe (`tf_lso.experimental.LossScaleOptimizer` only).
+        """
         return self._settings().dynamic
 
     @property
@@ -174,7 +179,7 @@ class LossScaleOptimizer(
 
     @property
     def initial_scale(self) -> float | None:
-        """The initial loss scale (a Python float)."""
+        """The initial loss scale (a Python float); None if `dynamic` is."""
         return self._settings().initial_scale
 
     @property
