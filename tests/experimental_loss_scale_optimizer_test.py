@@ -156,22 +156,12 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
     def test_custom_loss_scale_has_no_tf24_settings(self):
         # TF 2.4's arguments cannot describe it; tf_lso does not guess
         # (this one never changes, so `dynamic=True` would be wrong).
-        class ConstantLossScale(LossScale):
-            def __call__(self):
-                return tf.constant(8.0)
-
-            def update(self, grads):
-                return None, True
-
-            def get_config(self):
-                return {}
-
-        opt = Experimental(_sgd(), ConstantLossScale())
+        opt = Experimental(_sgd(), _HalvingLossScale())
         self.assertIsNone(opt.dynamic)
         self.assertIsNone(opt.initial_scale)
         self.assertIsNone(opt.dynamic_growth_steps)
         self.assertIsNone(opt.dynamic_counter)
-        self.assertEqual(float(opt.loss_scale()), 8.0)
+        self.assertEqual(float(opt.loss_scale()), 4.0)
 
     def test_tensorflow_loss_scales_are_converted(self):
         fixed = Experimental(
