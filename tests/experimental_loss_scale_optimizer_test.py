@@ -233,6 +233,28 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
         else:
             self.assertIsNone(opt.dynamic_counter)
 
+    @parameterized.product(
+        cls=[tf_lso.LossScaleOptimizer, Experimental],
+        source=["keras", "tf_keras", "tf_keras_legacy", "tf2_3"],
+    )
+    def test_from_config_leaves_the_config_unchanged(self, cls, source):
+        # Keras's deserialize functions lower-case the `class_name` of the
+        # dict they are given; TF 2.4 passed them the caller's own.
+        if source == "tf2_3":
+            config = copy.deepcopy(TF23_DYNAMIC)
+        else:
+            inner = {
+                "keras": _sgd,
+                "tf_keras": lambda: test_util.tf_keras.optimizers.SGD(2.0),
+                "tf_keras_legacy": lambda: (
+                    test_util.tf_keras.optimizers.legacy.SGD(2.0)),
+            }[source]()
+            config = tf_lso.LossScaleOptimizer(inner).get_config()
+        before = copy.deepcopy(config)
+        opt = cls.from_config(config)
+        self.assertEqual(config, before)
+        self.assertEqual(opt.get_config()["dynamic"], True)
+
     def test_tf24_config_format(self):
         self.assertEqual(
             set(tf_lso.LossScaleOptimizer(_sgd()).get_config()),

@@ -386,6 +386,10 @@ def deserialize(config, custom_objects=None):
     """
     if not isinstance(config, dict):
         return config
+    # Keras's deserialize functions edit the dict they are given (they
+    # lower-case `class_name`); the caller's config stays as it was: new
+    # dicts and lists all the way down, the same values.
+    config = tf.nest.map_structure(lambda value: value, config)
     if _is_tf_keras_config(config):
         tf_keras = importlib.import_module("tf_keras")
         return tf_keras.optimizers.deserialize(
