@@ -147,6 +147,28 @@ class TfKerasLegacyInnerTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(var, [-2.0, -1.0])
         self.assertEqual(float(opt.loss_scale), 4.0)
 
+    @test_util.EAGER_AND_FUNCTION
+    def test_variable_names_are_the_bare_optimizers(self, use_tf_function):
+        # OptimizerV2 creates its variables under its name ("Adam/iter:0",
+        # "Adam/w/m:0"), wrapped (TF 2.4, tf_keras) or not.
+        def names_after_a_step(opt, inner):
+            var = tf.Variable([1.0, 2.0], name="w")
+
+            def step():
+                opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
+
+            test_util.maybe_function(step, use_tf_function)()
+            return [v.name for v in inner.variables()]
+
+        bare = tf_keras.optimizers.legacy.Adam()
+        inner = tf_keras.optimizers.legacy.Adam()
+        expected = ["Adam/iter:0", "Adam/w/m:0", "Adam/w/v:0"]
+        self.assertEqual(names_after_a_step(bare, bare), expected)
+        self.assertEqual(
+            names_after_a_step(tf_lso.LossScaleOptimizer(inner), inner),
+            expected,
+        )
+
     def test_hyperparameters_and_attributes(self):
         inner = tf_keras.optimizers.legacy.Adam(1.0)
         opt = tf_lso.LossScaleOptimizer(inner)

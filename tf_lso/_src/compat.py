@@ -139,9 +139,14 @@ def legacy_create_all_weights(optimizer, var_list):
     Private hook: `tf_keras.optimizers.legacy.Optimizer._create_all_weights`
     (tf_keras 2.16 to 2.21; the same method existed on TF 2.3-2.15's
     OptimizerV2). Variables must exist before the inner `apply_gradients` is
-    called inside a `tf.cond`, which cannot create variables.
+    called inside a `tf.cond`, which cannot create variables. They are named
+    as that `apply_gradients` names them, under the private `_name`
+    (`Adam/iter:0`, `Adam/<variable>/m:0`).
     """
-    optimizer._create_all_weights(var_list)
+    import tensorflow as tf
+
+    with tf.name_scope(optimizer._name):
+        optimizer._create_all_weights(var_list)
 
 
 def legacy_hyperparameter_names(optimizer):
