@@ -48,9 +48,12 @@ def test_keras_before_3_8_is_rejected(monkeypatch):
 def test_legacy_create_all_weights_hook():
     tf_keras = pytest.importorskip("tf_keras")
     optimizer = tf_keras.optimizers.legacy.SGD(1.0, momentum=0.5)
-    var = tf.Variable([1.0, 2.0])
+    var = tf.Variable([1.0, 2.0], name="w")
     compat.legacy_create_all_weights(optimizer, [var])
     assert optimizer.get_slot(var, "momentum").shape == (2,)
+    # Named under the optimizer's `_name`, as its apply_gradients names them.
+    assert [v.name for v in optimizer.variables()] == [
+        "SGD/iter:0", "SGD/w/momentum:0"]
 
 
 def test_tf_dynamic_loss_scale_counter_hook():
