@@ -827,6 +827,59 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
             self.assertEqual(float(opt.loss_scale), float(scale))
             self.assertEqual(test_util.num(opt.dynamic_counter), count)
 
+    @parameterized.product(seed=[0, 1, 2, 3, 4, 5], use_tf_function=[False, True])
+    def test_matches_tf_keras(self, seed, use_tf_function):
+        # tf_keras's LossScaleOptimizer is TF 2.4's code, kept for Keras 2.
+        # Both wrap the same kind of OptimizerV2; weights, slots, scale,
+        # counter and iterations must be bit-equal after every step. Scales
+        # stay below 2**126, where tf_lso deliberately divides instead.
+        tf_keras = test_util.tf_keras
+        rng = np.random.default_rng(seed)
+        legacy = tf_keras.optimizers.legacy
+        make_inner = [
+            lambda: legacy.Adam(0.01, clipnorm=0.5),
+            lambda: legacy.SGD(0.1, momentum=0.9, clipvalue=0.3),
+            lambda: legacy.RMSprop(0.01, global_clipnorm=1.0),
+        ][seed % 3]
+        settings = {"initial_scale": float(np.float32(2.0 ** rng.uniform(0, 20))),
+                    "dynamic_growth_steps": int(rng.integers(1, 4))}
+        if seed == 5:
+            settings = {"dynamic": False, "initial_scale": 3.0}
+        start = [rng.normal(size=s).astype(np.float32) for s in [(3,), (2, 2)]]
+        runs = []
+        for make in (tf_keras.mixed_precision.LossScaleOptimizer,
+                     tf_lso.LossScaleOptimizer):
+            var_list = [tf.Variable(x) for x in start]
+            opt = make(make_inner(), **settings)
+
+            def step(scaled_grads, opt=opt, var_list=var_list):
+                grads = opt.get_unscaled_gradients(scaled_grads)
+                opt.apply_gradients(zip(grads, var_list))
+
+            runs.append((opt, var_list,
+                         test_util.maybe_function(step, use_tf_function)))
+        (ref, ref_vars, ref_step), (opt, var_list, opt_step) = runs
+        for _ in range(15):
+            scale = np.float64(ref.loss_scale)
+            grads = [rng.normal(size=x.shape) for x in start]
+            if rng.random() < 0.2:
+                grads[0].flat[0] = rng.choice([np.inf, -np.inf, np.nan])
+            with np.errstate(invalid="ignore"):
+                scaled = [tf.constant((g * scale).astype(np.float32))
+                          for g in grads]
+            ref_step(scaled)
+            opt_step(scaled)
+            for expected, actual in zip(
+                ref_vars + ref.inner_optimizer.variables(),
+                var_list + opt.inner_optimizer.variables(),
+            ):
+                self.assertAllEqual(actual, expected)
+            self.assertEqual(float(opt.loss_scale), float(ref.loss_scale))
+            if "dynamic" not in settings:
+                self.assertEqual(int(opt.dynamic_counter),
+                                 int(ref.dynamic_counter))
+            self.assertEqual(int(opt.iterations), int(ref.iterations))
+
 
 if __name__ == "__main__":
     tf.test.main()
