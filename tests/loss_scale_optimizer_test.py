@@ -869,11 +869,11 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
                           for g in grads]
             ref_step(scaled)
             opt_step(scaled)
-            for expected, actual in zip(
-                ref_vars + ref.inner_optimizer.variables(),
-                var_list + opt.inner_optimizer.variables(),
-            ):
-                self.assertAllEqual(actual, expected)
+            expected = ref_vars + ref.inner_optimizer.variables()
+            actual = var_list + opt.inner_optimizer.variables()
+            self.assertLen(actual, len(expected))
+            for a, e in zip(actual, expected):
+                self.assertAllEqual(a, e)
             self.assertEqual(float(opt.loss_scale), float(ref.loss_scale))
             if "dynamic" not in settings:
                 self.assertEqual(int(opt.dynamic_counter),
