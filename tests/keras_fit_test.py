@@ -71,6 +71,22 @@ class CompileTest(parameterized.TestCase):
             keras.mixed_precision.set_global_policy("float32")
 
 
+    @parameterized.parameters("Adam", "legacy.Adam")
+    def test_tf_keras_compile_rejects_it_as_documented(self, name):
+        # docs/migration.md: tf_keras's compile accepts only tf_keras
+        # optimizers; tf_lso's optimizer serves tf_keras models in custom
+        # loops. If tf_keras ever accepts it, update that row.
+        optimizers = test_util.tf_keras.optimizers
+        inner = (optimizers.legacy.Adam() if name == "legacy.Adam"
+                 else optimizers.Adam())
+        model = test_util.tf_keras.Sequential(
+            [test_util.tf_keras.layers.Dense(1, input_shape=(4,))]
+        )
+        with self.assertRaisesRegex(
+            ValueError, "Could not interpret optimizer identifier"
+        ):
+            model.compile(tf_lso.LossScaleOptimizer(inner), "mse")
+
 class FitTest(parameterized.TestCase):
     @parameterized.named_parameters(
         ("graph", {}), ("jit", {"jit_compile": True}),
