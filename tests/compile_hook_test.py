@@ -64,3 +64,32 @@ def test_no_wrapping_without_mixed_float16():
     compile_hook.enable(wrap_mixed_float16=True)
     sgd = keras.optimizers.SGD()
     assert _compiled_optimizer(sgd) is sgd
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "legacy_dynamic"])
+def test_recompiling_with_the_same_optimizer_reuses_its_wrapper(policy):
+    # TF 2.4 and tf_keras raised here: the second compile wrapped the
+    # optimizer again.
+    if policy == "legacy_dynamic":
+        tf_lso.experimental.set_policy(
+            tf_lso.experimental.Policy("mixed_float16", loss_scale="dynamic"))
+        expected = tf_lso.experimental.LossScaleOptimizer
+    else:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        compile_hook.enable(wrap_mixed_float16=True)
+        expected = tf_lso.LossScaleOptimizer
+    inner = keras.optimizers.SGD()
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(inner, "mse")
+    wrapper = model.optimizer
+    assert isinstance(wrapper, expected) and wrapper.inner_optimizer is inner
+    model.compile(inner, "mse")
+    assert model.optimizer is wrapper
+    # Another model cannot wrap it again: the two would share its state.
+    with pytest.raises(ValueError, match="already wrapped .*model.optimizer"):
+        _compiled_optimizer(inner)
+    # A wrapper with another loss scale than the rules give is not reused.
+    inner = keras.optimizers.SGD()
+    model.compile(tf_lso.experimental.LossScaleOptimizer(inner, 128), "mse")
+    with pytest.raises(ValueError, match="already wrapped"):
+        model.compile(inner, "mse")

@@ -73,6 +73,40 @@ class WrappingTest(tf.test.TestCase, parameterized.TestCase):
             tf_lso.experimental.LossScaleOptimizer(make(), "dynamic")
 
     @parameterized.named_parameters(
+        ("keras3", keras.optimizers.SGD),
+        ("tf_keras", lambda: tf_keras.optimizers.SGD()),
+        ("tf_keras_legacy", lambda: tf_keras.optimizers.legacy.SGD()),
+    )
+    def test_wrapping_one_optimizer_twice_is_a_value_error(self, make):
+        # TF 2.6+ and tf_keras: two wrappers would share the step counter
+        # and slots, and a checkpoint of both fails (legacy slots).
+        makers = (
+            lambda inner: tf_lso.LossScaleOptimizer(inner),
+            lambda inner: tf_lso.experimental.LossScaleOptimizer(inner, 8),
+        )
+        for first in makers:
+            for second in makers:
+                inner = make()
+                first(inner)
+                with self.assertRaisesRegex(
+                    ValueError,
+                    '"inner_optimizer" is already wrapped by a '
+                    "LossScaleOptimizer. .*Received: (inner_)?optimizer=.*SGD",
+                ):
+                    second(inner)
+
+    def test_a_failed_construction_does_not_claim_the_optimizer(self):
+        # TF 2.6 marked the inner optimizer before validating the scale, so
+        # correcting the arguments then failed with "already wrapped".
+        inner = keras.optimizers.SGD()
+        with self.assertRaisesRegex(ValueError, "must be specified"):
+            tf_lso.LossScaleOptimizer(inner, dynamic=False)
+        with self.assertRaisesRegex(ValueError, "positive and finite"):
+            tf_lso.experimental.LossScaleOptimizer(inner, 0)
+        opt = tf_lso.LossScaleOptimizer(inner, dynamic=False, initial_scale=8)
+        self.assertIs(opt.inner_optimizer, inner)
+
+    @parameterized.named_parameters(
         ("int", 3), ("string", "sgd"),
         ("tf1", tf.compat.v1.train.GradientDescentOptimizer(1.0))
     )

@@ -73,7 +73,10 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
     `tf_lso.experimental.LossScaleOptimizer` with a fresh copy of that loss
     scale. With `wrap_mixed_float16` on, a plain `'mixed_float16'` Keras
     policy wraps it in `tf_lso.LossScaleOptimizer` (TF 2.4). Loss scale
-    optimizers are left alone.
+    optimizers are left alone, and so is a recompile with the same plain
+    optimizer: the model keeps the loss scale optimizer that wraps it if
+    that is the one these rules make (TF 2.4 and tf_keras wrapped it a
+    second time, which raised).
 
     Args:
         model: The model being compiled.
@@ -98,9 +101,28 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
     optimizer = keras.optimizers.get(optimizer)
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return optimizer
+    previous = getattr(model, "optimizer", None)
     if wrap_v2:
+        if _wraps(previous, optimizer, v2.LossScaleOptimizer) and (
+            previous.dynamic, previous.initial_scale,
+            previous.dynamic_growth_steps,
+        ) == (True, loss_scale_lib.DEFAULT_INITIAL_SCALE,
+              loss_scale_lib.DEFAULT_GROWTH_STEPS):
+            return previous
         return v2.LossScaleOptimizer(optimizer)
+    if _wraps(previous, optimizer, v1.LossScaleOptimizerV1) and (
+        _describe(previous.loss_scale) == _describe(policy.loss_scale)
+    ):
+        return previous
     return v1.LossScaleOptimizerV1(optimizer, _fresh(policy.loss_scale))
+
+
+def _wraps(previous, optimizer, cls):
+    return type(previous) is cls and previous.inner_optimizer is optimizer
+
+
+def _describe(loss_scale):
+    return type(loss_scale), loss_scale.get_config()
 
 
 def _tf_lso_policy(model):

@@ -67,7 +67,8 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
     Raises:
         TypeError: If `optimizer` is not a supported optimizer.
         ValueError: If `loss_scale` is None, an unknown string, not positive,
-            or a `DynamicLossScale` whose multiplier is not 2.
+            or a `DynamicLossScale` whose multiplier is not 2, or if another
+            loss scale optimizer wraps `optimizer` already.
 
     >>> opt = tf_lso.experimental.LossScaleOptimizer(
     ...     tf.keras.optimizers.SGD(1.0), loss_scale="dynamic")

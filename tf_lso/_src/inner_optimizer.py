@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import typing
+import weakref
 
 import keras
 import numpy as np
@@ -319,8 +320,12 @@ def _is_loss_scale_optimizer(optimizer):
     )
 
 
+# The optimizers that a loss scale optimizer wraps (see `claim`).
+_claimed = weakref.WeakSet()
+
+
 def wrap(optimizer, argument_name: str) -> InnerOptimizer:
-    """Returns the `InnerOptimizer` for `optimizer`, or raises a TypeError.
+    """Returns the `InnerOptimizer` for `optimizer`, or raises.
 
     Args:
         optimizer: The optimizer to wrap.
@@ -330,13 +335,23 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
         TypeError: If `optimizer` is a loss scale optimizer, or not an
             optimizer of a supported kind.
         ValueError: If it scales the loss itself (Keras 3's
-            `loss_scale_factor`).
+            `loss_scale_factor`), or another loss scale optimizer wraps it.
     """
     if _is_loss_scale_optimizer(optimizer):
         raise TypeError(
             "LossScaleOptimizer cannot wrap another LossScaleOptimizer, but "
             f"got: {optimizer!r}. Wrap its inner optimizer instead (e.g. "
             f"`{argument_name}=opt.inner_optimizer`)."
+        )
+    if optimizer in _claimed:
+        # TF 2.6+'s error: the two would share the step counter and slots,
+        # and a checkpoint could not hold both.
+        raise ValueError(
+            '"inner_optimizer" is already wrapped by a LossScaleOptimizer. '
+            "An optimizer can only be wrapped by a single LossScaleOptimizer. "
+            f"Received: {argument_name}={optimizer!r}. Use the loss scale "
+            "optimizer that wraps it (after `model.compile`: "
+            "`model.optimizer`), or wrap a new optimizer."
         )
     factor = getattr(optimizer, "loss_scale_factor", None)
     if factor is not None:
@@ -361,6 +376,15 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
         "`tf_keras.optimizers.legacy.Optimizer`), but got: "
         f"{optimizer!r} of type {type(optimizer).__name__}."
     )
+
+
+def claim(inner: InnerOptimizer) -> None:
+    """Marks `inner`'s optimizer as wrapped; `wrap` refuses it from now on.
+
+    Called once a loss scale optimizer is fully constructed, so a failed
+    construction leaves the optimizer free (TF 2.6 marked it first).
+    """
+    _claimed.add(inner.optimizer)
 
 
 def _is_tf_keras_config(config):

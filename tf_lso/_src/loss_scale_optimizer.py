@@ -64,8 +64,9 @@ class LossScaleOptimizer(
     Raises:
         TypeError: If `inner_optimizer` is not a supported optimizer or is a
             loss scale optimizer, or if `dynamic` is not a bool.
-        ValueError: For invalid scale arguments or an unsupported
-            distribution strategy.
+        ValueError: For invalid scale arguments, an unsupported
+            distribution strategy, or an `inner_optimizer` that another loss
+            scale optimizer wraps already.
 
     >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(1.0),
     ...                                 initial_scale=8)
@@ -114,6 +115,7 @@ class LossScaleOptimizer(
         self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow)
         self._checkpoint = checkpointing.Layout(inner, loss_scale)
         self._inner = inner
+        inner_lib.claim(inner)
 
     # -- Loss scale state ---------------------------------------------------
 
