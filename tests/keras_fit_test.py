@@ -87,6 +87,7 @@ class CompileTest(parameterized.TestCase):
         ):
             model.compile(tf_lso.LossScaleOptimizer(inner), "mse")
 
+
 class FitTest(parameterized.TestCase):
     @parameterized.named_parameters(
         ("graph", {}), ("jit", {"jit_compile": True}),
@@ -146,6 +147,27 @@ class FitTest(parameterized.TestCase):
         self.assertEqual(int(opt.skipped_steps), 2)
         self.assertEqual(float(opt.loss_scale), 256.0)
         self.assertEqual(test_util.num(opt.iterations), 8)
+
+    @parameterized.parameters("v2", "v1")
+    def test_steps_per_execution_changes_nothing(self, kind):
+        # Keras runs several train steps in one call; each step still
+        # decides on its own whether it is skipped.
+        x = X.copy()
+        x[20, 0] = np.nan  # The second batch's gradients are NaN.
+        results = []
+        for steps in (1, 3):
+            opt = _lso(kind, keras.optimizers.Adam(0.01), initial_scale=1024,
+                       dynamic_growth_steps=2)
+            weights = _fit(_model(), opt, x=x, steps_per_execution=steps)
+            results.append((weights, [v.numpy() for v in opt.variables],
+                            float(opt.loss_scale), int(opt.skipped_steps),
+                            test_util.num(opt.iterations)))
+        (weights, slots, *state), (weights3, slots3, *state3) = results
+        # Per epoch: finite, NaN (halves), finite, finite (doubles).
+        self.assertEqual(state, [1024.0, 2, 8])
+        self.assertEqual(state3, state)
+        for actual, expected in zip(weights3 + slots3, weights + slots):
+            np.testing.assert_array_equal(actual, expected)
 
     def test_scale_never_underflows_after_many_overflows(self):
         # Keras 3's own LossScaleOptimizer halves without a floor: after
