@@ -108,7 +108,8 @@ class WrappingTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(
         ("int", 3), ("string", "sgd"),
-        ("tf1", tf.compat.v1.train.GradientDescentOptimizer(1.0))
+        ("tf1", tf.compat.v1.train.GradientDescentOptimizer(1.0)),
+        ("unhashable", tf.Variable(1.0)),
     )
     def test_non_optimizer_is_a_type_error(self, value):
         with self.assertRaisesRegex(

@@ -343,6 +343,24 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
             f"got: {optimizer!r}. Wrap its inner optimizer instead (e.g. "
             f"`{argument_name}=opt.inner_optimizer`)."
         )
+    factor = getattr(optimizer, "loss_scale_factor", None)
+    if factor is not None:
+        raise ValueError(
+            "The inner optimizer already scales the loss: it has "
+            f"loss_scale_factor={factor}. Set `loss_scale_factor=None` on "
+            "it, or use LossScaleOptimizer(opt, dynamic=False, "
+            "initial_scale=...)."
+        )
+    kind = _kind(optimizer)
+    if kind is None:
+        raise TypeError(
+            f'"{argument_name}" must be an instance of '
+            "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer), or of a "
+            "tf_keras optimizer (`tf_keras.optimizers.Optimizer` or "
+            "`tf_keras.optimizers.legacy.Optimizer`), but got: "
+            f"{optimizer!r} of type {type(optimizer).__name__}."
+        )
+    # Only optimizers are looked up: not every object is hashable.
     if optimizer in _claimed:
         # TF 2.6+'s error: the two would share the step counter and slots,
         # and a checkpoint could not hold both.
@@ -353,29 +371,20 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
             "optimizer that wraps it (after `model.compile`: "
             "`model.optimizer`), or wrap a new optimizer."
         )
-    factor = getattr(optimizer, "loss_scale_factor", None)
-    if factor is not None:
-        raise ValueError(
-            "The inner optimizer already scales the loss: it has "
-            f"loss_scale_factor={factor}. Set `loss_scale_factor=None` on "
-            "it, or use LossScaleOptimizer(opt, dynamic=False, "
-            "initial_scale=...)."
-        )
+    return kind(optimizer)
+
+
+def _kind(optimizer):
+    """The `InnerOptimizer` class for `optimizer`'s kind, or None."""
     if isinstance(optimizer, keras.optimizers.Optimizer):
-        return KerasInner(optimizer)
+        return KerasInner
     tf_keras = compat.tf_keras_module()
     if tf_keras is not None:
         if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
-            return TfKerasLegacyInner(optimizer)
+            return TfKerasLegacyInner
         if isinstance(optimizer, tf_keras.optimizers.Optimizer):
-            return TfKerasInner(optimizer)
-    raise TypeError(
-        f'"{argument_name}" must be an instance of '
-        "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer), or of a "
-        "tf_keras optimizer (`tf_keras.optimizers.Optimizer` or "
-        "`tf_keras.optimizers.legacy.Optimizer`), but got: "
-        f"{optimizer!r} of type {type(optimizer).__name__}."
-    )
+            return TfKerasInner
+    return None
 
 
 def claim(inner: InnerOptimizer) -> None:
