@@ -70,7 +70,6 @@ class CompileTest(parameterized.TestCase):
         finally:
             keras.mixed_precision.set_global_policy("float32")
 
-
     @parameterized.parameters("Adam", "legacy.Adam")
     def test_tf_keras_compile_rejects_it_as_documented(self, name):
         # docs/migration.md: tf_keras's compile accepts only tf_keras
