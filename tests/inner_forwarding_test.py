@@ -129,6 +129,44 @@ class InnerForwardingTest(tf.test.TestCase):
         opt.clipnorm = 2.5
         self.assertEqual(inner.clipnorm, 2.5)
 
+    def test_learning_rate_of_an_inner_wrapper(self):
+        # TF's testLossScaleDelegationWithWrapper: the inner optimizer is
+        # itself a wrapper whose `learning_rate` is a property of its own.
+        def wrapper_class(base, adam, **base_kwargs):
+            class MyOptimizer(base):
+                def __init__(self):
+                    super().__init__(name="MyOptimizer", **base_kwargs)
+                    self.inner_optimizer = adam(learning_rate=1.0)
+
+                @property
+                def learning_rate(self):
+                    return self.inner_optimizer.learning_rate
+
+                @learning_rate.setter
+                def learning_rate(self, value):
+                    self.inner_optimizer.learning_rate = value
+
+                def get_config(self):
+                    return {}
+
+            return MyOptimizer
+
+        legacy = test_util.tf_keras.optimizers.legacy
+        for make_inner in (
+            wrapper_class(keras.optimizers.Optimizer, keras.optimizers.Adam,
+                          learning_rate=0.5),
+            wrapper_class(legacy.Optimizer, legacy.Adam),
+        ):
+            for opt in (tf_lso.LossScaleOptimizer(make_inner()),
+                        tf_lso.experimental.LossScaleOptimizer(make_inner(),
+                                                               "dynamic")):
+                innermost = opt.inner_optimizer.inner_optimizer
+                self.assertEqual(test_util.num(opt.learning_rate), 1.0)
+                opt.learning_rate = 2.0
+                self.assertEqual(test_util.num(opt.learning_rate), 2.0)
+                self.assertEqual(test_util.num(opt.lr), 2.0)
+                self.assertEqual(test_util.num(innermost.learning_rate), 2.0)
+
 
 class LearningRateScheduleTest(tf.test.TestCase):
     """`opt.learning_rate` with a schedule: TF 2.x's callable, Keras 3's value."""
