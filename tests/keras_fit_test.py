@@ -147,6 +147,33 @@ class FitTest(parameterized.TestCase):
         self.assertEqual(float(opt.loss_scale), 256.0)
         self.assertEqual(test_util.num(opt.iterations), 8)
 
+    @parameterized.named_parameters(
+        ("graph", {}), ("jit", {"jit_compile": True}),
+        ("eager", {"run_eagerly": True}),
+    )
+    def test_moving_average_skips_with_the_step(self, compile_kwargs):
+        # Keras 3's `use_ema`: the average moves with applied steps only,
+        # and `fit` ends by writing it into the model
+        # (`finalize_variable_values`, forwarded to the inner optimizer).
+        def sgd():
+            return keras.optimizers.SGD(0.05, momentum=0.9, use_ema=True,
+                                        ema_momentum=0.5)
+
+        y = Y.copy()
+        y[16:32] = np.nan
+        opt = tf_lso.LossScaleOptimizer(sgd(), initial_scale=64)
+        actual = _fit(_model(), opt, y=y, **compile_kwargs)
+        keep = np.r_[0:16, 32:64]
+        expected = _fit(_model(), sgd(), x=X[keep], y=Y[keep],
+                        **compile_kwargs)
+        for a, e in zip(actual, expected):
+            np.testing.assert_array_equal(a, e)
+        self.assertEqual(int(opt.skipped_steps), 2)
+        without_average = _fit(
+            _model(), keras.optimizers.SGD(0.05, momentum=0.9),
+            x=X[keep], y=Y[keep], **compile_kwargs)
+        self.assertFalse(np.array_equal(expected[0], without_average[0]))
+
     @parameterized.parameters("v2", "v1")
     def test_steps_per_execution_changes_nothing(self, kind):
         # Keras runs several train steps in one call; each step still
