@@ -255,6 +255,61 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(config, before)
         self.assertEqual(opt.get_config()["dynamic"], True)
 
+    @parameterized.product(
+        cls=[tf_lso.LossScaleOptimizer, Experimental],
+        source=["tf2_4", "tf2_3"], use_tf_function=[False, True],
+    )
+    def test_tf2_learning_rate_schedule(self, cls, source, use_tf_function):
+        # TF 2.x wrote an inner optimizer's schedule as `{class_name,
+        # config}`, with `name: None`; Keras 3 reads neither by itself.
+        inner = copy.deepcopy(TF23_FIXED["optimizer"])
+        inner["config"].update(momentum=0.0, learning_rate={
+            "class_name": "ExponentialDecay",
+            "config": {"initial_learning_rate": 0.5, "decay_steps": 2,
+                       "decay_rate": 0.5, "staircase": True, "name": None},
+        })
+        if source == "tf2_3":
+            config = {"optimizer": inner,
+                      "loss_scale": TF23_DYNAMIC["loss_scale"]}
+        else:
+            config = {"inner_optimizer": inner, "dynamic": True,
+                      "initial_scale": 2.0, "dynamic_growth_steps": 3}
+        before = copy.deepcopy(config)
+        opt = cls.from_config(config)
+        self.assertEqual(config, before)
+        self.assertIsInstance(opt.learning_rate.schedule,
+                              keras.optimizers.schedules.ExponentialDecay)
+        self.assertEqual(float(opt.learning_rate(2)), 0.25)
+        var = tf.Variable(10.0)
+        step = test_util.maybe_function(
+            lambda: opt.apply_gradients([(tf.constant(1.0), var)]),
+            use_tf_function)
+        for _ in range(3):
+            step()
+        self.assertEqual(float(var), 10.0 - 0.5 - 0.5 - 0.25)
+        self.assertEqual(float(opt.loss_scale), 4.0)
+
+    def test_tf2_custom_learning_rate_schedule(self):
+        class Halving(keras.optimizers.schedules.LearningRateSchedule):
+            def __init__(self, rate):
+                self.rate = rate
+
+            def __call__(self, step):
+                return self.rate / 2.0 ** tf.cast(step, tf.float32)
+
+            def get_config(self):
+                return {"rate": self.rate}
+
+        config = {"inner_optimizer": {"class_name": "SGD", "config": {
+            "learning_rate": {"class_name": "Halving",
+                              "config": {"rate": 1.0}}}}}
+        opt = tf_lso.LossScaleOptimizer.from_config(
+            config, custom_objects={"Halving": Halving})
+        var = tf.Variable(10.0)
+        for _ in range(2):
+            opt.apply_gradients([(tf.constant(1.0), var)])
+        self.assertEqual(float(var), 10.0 - 1.0 - 0.5)
+
     def test_tf24_config_format(self):
         self.assertEqual(
             set(tf_lso.LossScaleOptimizer(_sgd()).get_config()),

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tf_lso._src import compat
 from tf_lso._src import keras_slots
+from tf_lso._src import optimizer_config
 from tf_lso._src import tensor_like
 
 
@@ -408,7 +409,8 @@ def deserialize(config, custom_objects=None):
 
     Configs written by tf_keras (`module: keras.optimizers.legacy`, or an
     `is_legacy_optimizer` entry) are rebuilt with tf_keras; everything else,
-    including TF 2.x configs without a module, with Keras 3.
+    including TF 2.x configs without a module, with Keras 3 (see
+    `optimizer_config.upgrade_tf2_inner_config`).
 
     Args:
         config: A serialized optimizer dict, or an optimizer instance.
@@ -428,4 +430,7 @@ def deserialize(config, custom_objects=None):
         return tf_keras.optimizers.deserialize(
             config, custom_objects=custom_objects
         )
-    return keras.optimizers.deserialize(config, custom_objects=custom_objects)
+    return keras.optimizers.deserialize(
+        optimizer_config.upgrade_tf2_inner_config(config, custom_objects),
+        custom_objects=custom_objects,
+    )

@@ -1,5 +1,7 @@
 """Validating and reading `LossScaleOptimizer` settings and configs."""
 
+import keras
+
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import serialization
 from tf_lso._src import validation
@@ -198,3 +200,39 @@ def upgrade_legacy_config(config):
     )
     config["inner_optimizer"] = config.pop("optimizer")
     return config
+
+
+def upgrade_tf2_inner_config(config, custom_objects=None):
+    """A TF 2.x inner optimizer config, made readable by Keras 3.
+
+    TF 2.x wrote a learning rate schedule as `{class_name, config}` with
+    `name: None`: Keras 3 finds no class without a `module`, and a schedule
+    named None fails when called. It is deserialized here, under its class's
+    default name. The `decay: 0.0` that every TF 2.x config has is dropped
+    (Keras 3 warns about any `decay`; a nonzero one it ignores, and keeps
+    warning about). Configs that Keras 3 wrote are returned unchanged.
+
+    Args:
+        config: A serialized Keras 3 optimizer (`{class_name, config}`).
+        custom_objects: Optional dict of custom schedule classes.
+
+    Returns:
+        A new config dict; `config` is left as it was.
+    """
+    inner = config.get("config")
+    if not isinstance(inner, dict):
+        return config
+    inner = dict(inner)
+    if inner.get("decay", None) == 0:
+        del inner["decay"]
+    schedule = inner.get("learning_rate")
+    if isinstance(schedule, dict) and "module" not in schedule:
+        schedule = dict(schedule)
+        if isinstance(schedule.get("config"), dict):
+            schedule["config"] = {
+                key: value for key, value in schedule["config"].items()
+                if not (key == "name" and value is None)
+            }
+        inner["learning_rate"] = keras.optimizers.schedules.deserialize(
+            schedule, custom_objects=custom_objects)
+    return {**config, "config": inner}
