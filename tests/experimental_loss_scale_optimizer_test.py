@@ -310,6 +310,32 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
             opt.apply_gradients([(tf.constant(1.0), var)])
         self.assertEqual(float(var), 10.0 - 1.0 - 0.5)
 
+    @parameterized.named_parameters(("tf2_4", "tf2_4"), ("tf2_3", "tf2_3"))
+    def test_serialized_by_tf2(self, source):
+        # TF 2.x serialized its class as plain "LossScaleOptimizer", which
+        # keras.optimizers.deserialize resolves to Keras 3's own class, even
+        # with custom_objects (docs/migration.md).
+        if source == "tf2_3":
+            config = copy.deepcopy(TF23_DYNAMIC)
+        else:
+            config = {"inner_optimizer": copy.deepcopy(TF23_FIXED["optimizer"]),
+                      "dynamic": True, "initial_scale": 2.0,
+                      "dynamic_growth_steps": 3}
+        serialized = {"class_name": "LossScaleOptimizer", "config": config}
+        custom_objects = {"LossScaleOptimizer": tf_lso.LossScaleOptimizer}
+        with self.assertRaises((TypeError, KeyError)):
+            keras.optimizers.deserialize(copy.deepcopy(serialized),
+                                         custom_objects=custom_objects)
+        for opt in (
+            keras.saving.deserialize_keras_object(
+                copy.deepcopy(serialized), custom_objects=custom_objects),
+            tf_lso.LossScaleOptimizer.from_config(serialized["config"]),
+        ):
+            self.assertIs(type(opt), tf_lso.LossScaleOptimizer)
+            self.assertEqual((opt.initial_scale, opt.dynamic_growth_steps),
+                             (2.0, 3))
+            self._check_usable(opt, 3.0)
+
     def test_tf24_config_format(self):
         self.assertEqual(
             set(tf_lso.LossScaleOptimizer(_sgd()).get_config()),
