@@ -72,6 +72,42 @@ class AggregationTest(tf.test.TestCase, parameterized.TestCase):
             self.assertEqual(test_util.num(optimizer.skipped_steps), 1)
             self.assertEqual(test_util.num(optimizer.iterations), 2)
 
+    @parameterized.product(
+        kind=["keras", "tf_keras", "tf_keras_legacy"],
+        use_tf_function=[False, True],
+    )
+    def test_inner_apply_gradients_gets_plain_tensors(self, kind,
+                                                      use_tf_function):
+        # TF's testApplyGradientsGetsUnwrappedTensors: an inner optimizer
+        # that overrides apply_gradients is called, on each replica, with
+        # tensors, not PerReplica values.
+        received = []
+
+        class Recording(type(_inner(kind, 1.0))):
+            def apply_gradients(self, grads_and_vars, *args, **kwargs):
+                grads_and_vars = list(grads_and_vars)
+                received.extend(type(g) for g, _ in grads_and_vars)
+                return super().apply_gradients(grads_and_vars, *args,
+                                               **kwargs)
+
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var = tf.Variable([5.0])
+            opt = tf_lso.LossScaleOptimizer(Recording(learning_rate=1.0),
+                                            dynamic=False, initial_scale=1)
+        run = test_util.maybe_function(
+            lambda: strategy.run(
+                lambda: opt.minimize(lambda: var * 2.0, [var])),
+            use_tf_function)
+        run()
+        # Once per replica (per trace: a tf.function whose first trace
+        # creates variables is traced again).
+        self.assertNotEmpty(received)
+        self.assertEqual(len(received) % 2, 0)
+        for grad_type in received:
+            self.assertTrue(issubclass(grad_type, tf.Tensor), grad_type)
+        self.assertEqual(test_util.local_values(strategy, var), [[1.0], [1.0]])
+
     def test_without_replicas_nothing_to_aggregate(self):
         opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0), False, 1)
         var = tf.Variable(1.0)
