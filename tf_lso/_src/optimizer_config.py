@@ -217,7 +217,7 @@ def upgrade_tf2_inner_config(config, custom_objects=None):
         custom_objects: Optional dict of custom schedule classes.
 
     Returns:
-        A new config dict; `config` is left as it was.
+        The config to deserialize; `config` itself is never edited.
     """
     inner = config.get("config")
     if not isinstance(inner, dict):
