@@ -48,7 +48,6 @@ if MIRRORED:  # Before TensorFlow initialises its devices.
 import keras  # noqa: E402
 
 import tf_lso  # noqa: E402
-from tf_lso._src import compat  # noqa: E402
 from tf_lso._src import distribute  # noqa: E402
 from tf_lso._src import gradients as gradients_lib  # noqa: E402
 
@@ -66,13 +65,41 @@ def _take_nothing(self, grads):
     return None
 
 
+def _cond_not_lowered(pred, true_fn, false_fn):
+    """`tf.cond` kept as one If op when traced (functions return nothing).
+
+    TensorFlow lowers a cond to Switch/Merge ops in a graph; this one it
+    runs as a function call, and only the taken branch's. Private (TF 2.16
+    to 2.21): `control_flow_util_v2.maybe_set_lowering_attr` and the If op's
+    `_lower_using_switch_merge` attribute, the switch `cond_v2` itself uses.
+    Here only, for the `*_if` variants and the `+cond_not_lowered` candidate.
+    """
+    from tensorflow.python.ops import control_flow_util_v2
+
+    def branch(fn):
+        def run():
+            fn()
+            return tf.constant(True)  # An output, to find the If op by.
+        return run
+
+    if tf.executing_eagerly():
+        (true_fn if bool(pred) else false_fn)()
+        return
+    op = tf.cond(pred, branch(true_fn), branch(false_fn)).op
+    while op.type == "Identity":
+        op = op.inputs[0].op
+    assert op.type in ("If", "StatelessIf"), op.type
+    control_flow_util_v2.maybe_set_lowering_attr(
+        op, lower_using_switch_merge=False)
+
+
 # Candidate changes to tf_lso's step: label -> (a context manager that
 # switches to the other side while a variant is traced, the protocols it
 # concerns). "+x": tf_lso ships without x; "-x": tf_lso ships with x.
 CANDIDATES = {
-    "-cond_not_lowered": (
-        lambda: mock.patch.object(distribute, "_cond",
-                                  distribute._lowered_cond),
+    "+cond_not_lowered": (
+        lambda: mock.patch.object(distribute, "_lowered_cond",
+                                  _cond_not_lowered),
         ("keras", "legacy")),
     "-reuse_packing": (
         lambda: mock.patch.object(gradients_lib.HandedOut, "take",
@@ -140,7 +167,7 @@ def _cond_step(pred_fn, lowered):
         if lowered:
             tf.cond(pred, lambda: _true(apply()), lambda: tf.constant(False))
         else:
-            compat.cond_not_lowered(pred, apply, lambda: None)
+            _cond_not_lowered(pred, apply, lambda: None)
         return loss
     return step
 

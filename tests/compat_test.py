@@ -217,42 +217,6 @@ def test_in_xla_context_hook():
     assert not compat.in_xla_context()  # Eager.
 
 
-def test_cond_not_lowered_hook():
-    counter = tf.Variable(0)
-
-    def step(pred):
-        compat.cond_not_lowered(pred, lambda: counter.assign_add(1),
-                                lambda: counter.assign_add(10))
-
-    fn = tf.function(step)
-    graph = fn.get_concrete_function(tf.constant(True)).graph
-    ifs = [op for op in graph.get_operations() if op.type in ("If",
-                                                             "StatelessIf")]
-    assert len(ifs) == 1
-    assert ifs[0].get_attr("_lower_using_switch_merge") is False
-    fn(tf.constant(True))
-    fn(tf.constant(False))
-    step(tf.constant(True))  # Eager: plain Python.
-    tf.function(step, jit_compile=True)(tf.constant(False))
-    assert int(counter.numpy()) == 22
-
-
-def test_cond_not_lowered_under_v1_control_flow():
-    # Graphs built with v1 control flow have no If op to keep.
-    with tf.Graph().as_default():
-        tf.compat.v1.disable_control_flow_v2()
-        try:
-            counter = tf.Variable(0)
-            compat.cond_not_lowered(tf.constant(True),
-                                    lambda: counter.assign_add(1),
-                                    lambda: counter.assign_add(10))
-            ops = {op.type for op in tf.compat.v1.get_default_graph()
-                   .get_operations()}
-        finally:
-            tf.compat.v1.enable_control_flow_v2()
-    assert "Merge" in ops and "If" not in ops
-
-
 def test_init_dtype_policy_without_dtypes_hook():
     policy = keras.DTypePolicy.__new__(keras.DTypePolicy)
     compat.init_dtype_policy_without_dtypes(policy, "_infer")

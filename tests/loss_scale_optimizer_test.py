@@ -827,6 +827,64 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
             self.assertEqual(float(opt.loss_scale), float(scale))
             self.assertEqual(test_util.num(opt.dynamic_counter), count)
 
+    @parameterized.product(
+        optimizer=["adagrad", "ftrl", "rmsprop", "adam"],
+        mode=["eager", "function"],
+    )
+    def test_matches_bare_keras_optimizer(self, optimizer, mode):
+        # A step is the bare optimizer's step, bit for bit: a kept step its
+        # apply_gradients, a skipped one only `iterations += 1`. In a
+        # tf.function the skip cond is lowered, as TF 2.4's and Keras 3's
+        # were: Grappler rewrote an update whose cond stayed one If op (a
+        # separate function) differently from the bare one, a few ulps
+        # apart for updates with square roots and powers.
+        make = {
+            "adagrad": lambda: keras.optimizers.Adagrad(0.1),
+            "ftrl": lambda: keras.optimizers.Ftrl(
+                0.1, l1_regularization_strength=0.01),
+            "rmsprop": lambda: keras.optimizers.RMSprop(
+                0.01, momentum=0.5, centered=True),
+            "adam": lambda: keras.optimizers.Adam(0.01, amsgrad=True),
+        }[optimizer]
+        rng = np.random.default_rng(7)
+        start = [rng.normal(size=s).astype(np.float32)
+                 for s in [(3,), (2, 2), (4, 2)]]
+        opt = tf_lso.LossScaleOptimizer(make(), initial_scale=256.0,
+                                        dynamic_growth_steps=2)
+        bare = make()
+        var_list = [tf.Variable(x) for x in start]
+        bare_vars = [tf.Variable(x) for x in start]
+        bare.build(bare_vars)
+
+        def step(scaled_grads):
+            grads = opt.get_unscaled_gradients(scaled_grads)
+            opt.apply_gradients(zip(grads, var_list))
+
+        def bare_step(grads, finite):  # `finite` is a Python bool.
+            if finite:
+                bare.apply_gradients(zip(grads, bare_vars))
+            else:
+                bare.iterations.assign_add(1)
+
+        if mode == "function":
+            step, bare_step = tf.function(step), tf.function(bare_step)
+        for i in range(10):
+            grads = [rng.normal(size=x.shape).astype(np.float32)
+                     for x in start]
+            if i in (3, 6):
+                grads[i % 3].flat[0] = np.nan
+            scale = np.float32(opt.loss_scale)  # A power of two: exact.
+            step([tf.constant(g * scale) for g in grads])
+            finite = all(np.isfinite(g).all() for g in grads)
+            bare_step([tf.constant(g) for g in grads], bool(finite))
+            actual = var_list + opt.variables
+            expected = bare_vars + bare.variables
+            self.assertLen(actual, len(expected))
+            for a, e in zip(actual, expected):
+                self.assertAllEqual(a, e)
+        self.assertEqual(test_util.num(opt.skipped_steps), 2)
+        self.assertEqual(float(opt.loss_scale), 512.0)
+
     @parameterized.product(seed=[0, 1, 2, 3, 4, 5], use_tf_function=[False, True])
     def test_matches_tf_keras(self, seed, use_tf_function):
         # tf_keras's LossScaleOptimizer is TF 2.4's code, kept for Keras 2.

@@ -91,39 +91,6 @@ def in_xla_context():
     )
 
 
-def cond_not_lowered(pred, true_fn, false_fn):
-    """`tf.cond(pred, true_fn, false_fn)` kept as one `If` op when traced.
-
-    Both functions return nothing. In a graph TensorFlow normally lowers a
-    cond to Switch/Merge ops; this one it runs as a function call instead
-    (as it does under XLA, which never lowers). Eagerly it is plain Python.
-
-    Private: `control_flow_util_v2.maybe_set_lowering_attr` and the If op's
-    `_lower_using_switch_merge` attribute (TF 2.16 to 2.21), the switch
-    `cond_v2` itself uses for conds that must not be lowered.
-    """
-    import tensorflow as tf
-    from tensorflow.python.ops import control_flow_util_v2
-
-    def branch(fn):
-        def run():
-            fn()
-            return tf.constant(True)  # An output, to find the If op by.
-        return run
-
-    if tf.executing_eagerly():
-        (true_fn if bool(pred) else false_fn)()
-        return
-    op = tf.cond(pred, branch(true_fn), branch(false_fn)).op
-    while op.type == "Identity":
-        op = op.inputs[0].op
-    # Anything else is v1 control flow (`disable_control_flow_v2()`): Switch
-    # and Merge ops already, nothing to keep. compat_test checks the If.
-    if op.type in ("If", "StatelessIf"):
-        control_flow_util_v2.maybe_set_lowering_attr(
-            op, lower_using_switch_merge=False)
-
-
 def tf_keras_module():
     """Returns the `tf_keras` module if it is already imported, else None.
 

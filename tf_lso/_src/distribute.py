@@ -2,8 +2,6 @@
 
 import tensorflow as tf
 
-from tf_lso._src import compat
-
 _SUPPORTED_STRATEGIES = (
     tf.distribute.MirroredStrategy,
     tf.distribute.OneDeviceStrategy,
@@ -120,7 +118,8 @@ def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
             false_fn(*false_args)
         return
     if not tf.distribute.has_strategy():
-        _cond(pred, lambda: true_fn(*args), lambda: false_fn(*false_args))
+        _lowered_cond(pred, lambda: true_fn(*args),
+                      lambda: false_fn(*false_args))
         return
     split = len(args)
 
@@ -138,20 +137,16 @@ def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
     )
 
 
-def _cond(pred, true_fn, false_fn):
-    """The skip cond with no strategy; the functions take no arguments.
-
-    Not lowered to Switch/Merge ops (`compat.cond_not_lowered`): TensorFlow
-    then runs only the taken branch's function, so the skip branch costs
-    nothing on finite steps, and the step measured up to 0.15x faster
-    without XLA (docs/performance.md, "Where the overhead goes"). XLA never
-    lowers a cond anyway. Under a strategy the cond must be lowered: one If
-    op cannot take variables placed on several devices.
-    """
-    compat.cond_not_lowered(pred, true_fn, false_fn)
-
-
 def _lowered_cond(pred, true_fn, false_fn):
+    """`tf.cond`, lowered to Switch/Merge ops in a graph, as TF 2.4's was.
+
+    Lowered, the apply branch is part of the step's graph, so Grappler
+    rewrites the inner optimizer's update exactly as it rewrites a bare
+    optimizer's, and a kept step is bit-equal to the bare step. Kept as one
+    If op (tried for speed, docs/performance.md), the branch was a separate
+    function that Grappler rewrote differently: Adagrad, Ftrl and RMSprop
+    updates came out a few ulps apart. XLA never lowers a cond.
+    """
     tf.cond(pred, lambda: _none(true_fn()), lambda: _none(false_fn()))
 
 
