@@ -15,6 +15,8 @@ from tf_lso._src import inner_optimizer
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import training_health
 
+import test_util
+
 INF = float("inf")
 
 
@@ -55,3 +57,34 @@ class ApplyStepTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(float(var[0]), -INF)
         self.assertEqual(int(step.skipped_steps), 0)
         self.assertEqual(int(inner.iterations), 1)
+
+    @parameterized.parameters(False, True)
+    def test_checks_the_gradients_before_the_inner_aggregation(
+        self, use_tf_function
+    ):
+        # TF 2.4's order (docs/migration.md, "Differences from TF 2.5-2.15"):
+        # the check sees the gradients passed in; a tf_keras legacy
+        # optimizer's gradient_aggregator runs when the inner one applies.
+        # TF 2.5+ and tf_keras aggregate first, so a NaN the aggregator
+        # makes is skipped there and applied here.
+        def aggregator(grads_and_vars):
+            return [(g * float("nan"), v) for g, v in grads_and_vars]
+
+        loss_scale = loss_scale_lib.DynamicLossScale(8.0, increment_period=1)
+        sgd = test_util.tf_keras.optimizers.legacy.SGD(
+            1.0, gradient_aggregator=aggregator)
+        inner = inner_optimizer.wrap(sgd, "inner_optimizer")
+        var = tf.Variable([1.0, 2.0])
+        inner.build([var])
+        step = apply_step.ApplyStep(inner, loss_scale,
+                                    training_health.OverflowRecord())
+
+        def run():
+            step(gradients.pack([tf.constant([1.0, 1.0])]), [var], None, True)
+
+        if use_tf_function:
+            run = tf.function(run)
+        run()
+        self.assertTrue(all(tf.math.is_nan(var).numpy()))
+        self.assertEqual(int(step.skipped_steps), 0)
+        self.assertEqual(float(loss_scale()), 16.0)
