@@ -231,6 +231,65 @@ class ReplicaOverflowTest(tf.test.TestCase, parameterized.TestCase):
         self.assertBetween(skipped, 1, 9)  # Both branches were taken,
         self.assertGreaterEqual(one_bad_replica, 1)  # once for one replica.
 
+    @parameterized.product(inner=["adam", "rmsprop", "adagrad"],
+                           use_tf_function=[False, True])
+    def test_matches_bare_keras_optimizer(self, inner, use_tf_function):
+        # On two replicas that see different gradients, a kept step is the
+        # bare Keras 3 optimizer's step bit for bit, and a skipped step
+        # (non-finite on either replica) only counts. No clipping: tf_lso
+        # clips the sum over replicas, Keras 3 each replica's gradient
+        # (ClippingTest). The (40000,) gradient is too big to be stacked.
+        make = {
+            "adam": lambda: keras.optimizers.Adam(0.1),
+            "rmsprop": lambda: keras.optimizers.RMSprop(0.01, momentum=0.5),
+            "adagrad": lambda: keras.optimizers.Adagrad(0.1),
+        }[inner]
+        rng = np.random.default_rng(1)
+        shapes = [(3,), (2, 2), (40000,)]
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var_list = [tf.Variable(np.ones(s, np.float32)) for s in shapes]
+            bare_vars = [tf.Variable(np.ones(s, np.float32)) for s in shapes]
+            opt = tf_lso.LossScaleOptimizer(make(), initial_scale=8.0,
+                                            dynamic_growth_steps=2)
+            bare = make()
+            bare.build(bare_vars)
+
+        def step(grads0, grads1, keep):
+            first = tf.equal(test_util.replica_id(), 0)
+            grads = [tf.where(first, g0, g1) for g0, g1 in zip(grads0, grads1)]
+            opt.apply_gradients(zip(grads, var_list))
+            if keep:
+                bare.apply_gradients(zip(grads, bare_vars))
+
+        run = test_util.maybe_function(
+            lambda grads0, grads1, keep: strategy.run(
+                step, args=(grads0, grads1, keep)),
+            use_tf_function,
+        )
+        skipped = 0
+        for _ in range(8):
+            per_replica = [[rng.normal(size=s).astype(np.float32)
+                            for s in shapes] for _ in range(2)]
+            keep = rng.random() >= 0.3
+            if not keep:
+                per_replica[rng.integers(2)][0][0] = np.nan
+                skipped += 1
+            run(*([tf.constant(g) for g in grads] for grads in per_replica),
+                keep)
+            if not keep:
+                bare.iterations.assign_add(1)
+            self.assertLen(opt.variables, len(bare.variables))
+            for a, e in zip(var_list + opt.variables,
+                            bare_vars + bare.variables):
+                for a_local, e_local in zip(
+                    test_util.local_values(strategy, a),
+                    test_util.local_values(strategy, e),
+                ):
+                    self.assertAllEqual(a_local, e_local)
+        self.assertBetween(skipped, 1, 7)
+        self.assertEqual(test_util.num(opt.skipped_steps), skipped)
+
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(64, 4)).astype("float32")
