@@ -457,3 +457,52 @@ class CorruptScaleTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class SavedModelTest(tf.test.TestCase, parameterized.TestCase):
+    """`tf.saved_model.save` of a traced training step, then loading it."""
+
+    @parameterized.product(kind=["keras", "legacy"],
+                           cls=["LossScaleOptimizer", "experimental"])
+    def test_exported_training_step_trains_and_skips(self, kind, cls):
+        # A step that captures the optimizer's state exports only if every
+        # variable it captures is tracked, skipped_steps and the overflow
+        # record included (they are not in checkpoints, whose layout stays
+        # TF 2.4's). Bare Keras 3 and tf_keras optimizers export.
+        inner = (keras.optimizers.SGD(0.5) if kind == "keras"
+                 else tf_keras.optimizers.legacy.SGD(0.5))
+        if cls == "experimental":
+            opt = tf_lso.experimental.LossScaleOptimizer(
+                inner, tf_lso.experimental.DynamicLossScale(8.0, 1))
+        else:
+            opt = tf_lso.LossScaleOptimizer(inner, initial_scale=8.0,
+                                            dynamic_growth_steps=1)
+        module = tf.Module()
+        module.var = tf.Variable([1.0, 2.0])
+        module.opt = opt
+
+        @tf.function(input_signature=[tf.TensorSpec([2], tf.float32)])
+        def train(grad):
+            scaled = tf.convert_to_tensor(opt.loss_scale) * grad
+            grads = opt.get_unscaled_gradients([scaled])
+            opt.apply_gradients(zip(grads, [module.var]))
+            return module.var.read_value()
+
+        module.train = train
+        self.assertAllEqual(train(tf.constant([1.0, 1.0])), [0.5, 1.5])
+        path = self.get_temp_dir()
+        tf.saved_model.save(module, path)
+        # Saving added nothing to the TF 2.4 checkpoint layout.
+        checkpoint_path = tf.train.Checkpoint(optimizer=opt).save(
+            self.get_temp_dir() + "/ckpt")
+        self.assertEmpty([k for k in _keys(checkpoint_path)
+                          if "overflow" in k or "skipped" in k])
+
+        loaded = tf.saved_model.load(path)
+        self.assertAllEqual(loaded.train(tf.constant([1.0, 1.0])), [0.0, 1.0])
+        self.assertAllEqual(loaded.train(tf.constant([INF, 1.0])), [0.0, 1.0])
+        self.assertAllEqual(loaded.train(tf.constant([2.0, 2.0])),
+                            [-1.0, 0.0])
+        # The original optimizer is untouched by the loaded copy's steps.
+        self.assertAllEqual(module.var, [0.5, 1.5])
+        self.assertEqual(test_util.num(opt.skipped_steps), 0)

@@ -20,8 +20,11 @@ from tf_lso._src import distribute
 from tf_lso._src import gradients as gradients_lib
 
 
-class ApplyStep:
+class ApplyStep(tf.Module):
     """Applies or skips packed gradients; holds `skipped_steps`.
+
+    A `tf.Module`, so that a SavedModel of a traced step can track the
+    variables it captures (`checkpointing.Layout`).
 
     Args:
         inner: The `inner_optimizer.InnerOptimizer`.
@@ -30,6 +33,7 @@ class ApplyStep:
     """
 
     def __init__(self, inner, loss_scale, overflow):
+        super().__init__(name="apply_step")
         self._inner = inner
         self._loss_scale = loss_scale
         self._overflow = overflow

@@ -15,6 +15,10 @@ It restores, besides its own checkpoints:
 * checkpoints of Keras 3's `LossScaleOptimizer` (`inner_optimizer/...`,
   `dynamic_scale`, `step_counter`).
 
+SavedModels also hold `apply_step`: the variables that checkpoints leave out
+(`skipped_steps`, the overflow record) but a traced training step captures,
+which `tf.saved_model.save` must be able to track.
+
 The methods below implement TensorFlow's `Trackable` protocol; every call
 into another object's private tracking API goes through `compat`.
 """
@@ -27,6 +31,9 @@ from tf_lso._src import compat
 
 LOSS_SCALE = "loss_scale"
 BASE_OPTIMIZER = "base_optimizer"
+APPLY_STEP = "apply_step"
+# TensorFlow's save types (a str enum): `save_type` of `_trackable_children`.
+_SAVEDMODEL = "savedmodel"
 _KERAS_INNER = "inner_optimizer"
 # Keras 3 LossScaleOptimizer variable -> tf_lso loss scale variable.
 _KERAS_STATE = {
@@ -48,11 +55,13 @@ class Layout:
         inner: The `inner_optimizer.InnerOptimizer`.
         loss_scale: The `LossScale`; saved under `loss_scale` if it has
             variables.
+        step: The `apply_step.ApplyStep`; saved in SavedModels only.
     """
 
-    def __init__(self, inner, loss_scale):
+    def __init__(self, inner, loss_scale, step):
         self._inner = inner
         self.loss_scale = loss_scale
+        self._step = step
         self._base_optimizer_view = _InnerOptimizerView(self)
         self._keras_inner_view = _InnerOptimizerView(self, keras_lso=True)
 
@@ -62,6 +71,8 @@ class Layout:
         if self.loss_scale.variables:
             children[LOSS_SCALE] = self.loss_scale
         children[BASE_OPTIMIZER] = self._base_optimizer_view
+        if save_type == _SAVEDMODEL:
+            children[APPLY_STEP] = self._step
         return children
 
     def lookup(self, name):
@@ -70,6 +81,8 @@ class Layout:
             return self.loss_scale if self.loss_scale.variables else None
         if name == BASE_OPTIMIZER:
             return self._base_optimizer_view
+        if name == APPLY_STEP:
+            return self._step
         if name == _KERAS_INNER:
             return self._keras_inner_view
         if name in _KERAS_STATE:

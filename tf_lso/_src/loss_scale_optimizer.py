@@ -113,7 +113,7 @@ class LossScaleOptimizer(
         self._overflow = training_health.OverflowRecord(
             max_consecutive_skips, print_overflows)
         self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow)
-        self._checkpoint = checkpointing.Layout(inner, loss_scale)
+        self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
         self._inner = inner
         inner_lib.claim(inner)
 
