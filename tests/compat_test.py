@@ -78,6 +78,23 @@ def test_trackable_protocol_hooks(tmp_path):
     assert "m/v/.ATTRIBUTES/" + compat.VARIABLE_VALUE in keys
 
 
+def test_is_saved_model_tells_the_save_types_apart(tmp_path):
+    seen = []
+
+    class Spy(tf.Module):
+        def _trackable_children(self, save_type="checkpoint", **kwargs):
+            seen.append(compat.is_saved_model(save_type))
+            return super()._trackable_children(save_type, **kwargs)
+
+    module = tf.Module()
+    module.spy = Spy()
+    tf.train.Checkpoint(m=module).write(str(tmp_path / "ckpt"))
+    assert seen and not any(seen)
+    seen.clear()
+    tf.saved_model.save(module, str(tmp_path / "saved_model"))
+    assert any(seen)
+
+
 def test_create_or_restore_slot_and_restore_position_hooks(tmp_path):
     tf_keras = pytest.importorskip("tf_keras")
     var = tf.Variable([1.0, 2.0])

@@ -32,8 +32,6 @@ from tf_lso._src import compat
 LOSS_SCALE = "loss_scale"
 BASE_OPTIMIZER = "base_optimizer"
 APPLY_STEP = "apply_step"
-# TensorFlow's save types (a str enum): `save_type` of `_trackable_children`.
-_SAVEDMODEL = "savedmodel"
 _KERAS_INNER = "inner_optimizer"
 # Keras 3 LossScaleOptimizer variable -> tf_lso loss scale variable.
 _KERAS_STATE = {
@@ -71,7 +69,7 @@ class Layout:
         if self.loss_scale.variables:
             children[LOSS_SCALE] = self.loss_scale
         children[BASE_OPTIMIZER] = self._base_optimizer_view
-        if save_type == _SAVEDMODEL:
+        if compat.is_saved_model(save_type):
             children[APPLY_STEP] = self._step
         return children
 

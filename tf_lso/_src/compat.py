@@ -172,6 +172,15 @@ def trackable_children(obj, save_type, **kwargs):
     return obj._trackable_children(save_type, **kwargs)
 
 
+def is_saved_model(save_type):
+    """Whether `_trackable_children` was asked for a SavedModel.
+
+    TF 2.16-2.21: `save_type` is `trackable.constants.SaveType`, a str enum
+    whose values are "checkpoint" and "savedmodel".
+    """
+    return save_type == "savedmodel"
+
+
 def lookup_dependency(obj, name):
     """`obj._lookup_dependency(name)`: the child `name` of obj, or None."""
     return obj._lookup_dependency(name)
