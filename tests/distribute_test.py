@@ -205,25 +205,8 @@ class ReplicaOverflowTest(tf.test.TestCase, parameterized.TestCase):
             one_bad_replica += bad == 1
             ref_run(*per_replica)
             opt_run(*per_replica)
-            expected = ref_vars + ref.inner_optimizer.variables()
-            actual = var_list + opt.inner_optimizer.variables()
-            if len(actual) > len(expected):
-                # Eagerly, tf_keras creates slots at the first applied step,
-                # tf_lso at the first step (docs/migration.md). Until then
-                # they hold their initial values.
-                self.assertFalse(use_tf_function)
-                self.assertLen(expected, len(var_list) + 1)  # + iterations.
-                for slot in actual[len(expected):]:
-                    for local in test_util.local_values(strategy, slot):
-                        self.assertAllEqual(local, np.zeros_like(local))
-                actual = actual[:len(expected)]
-            self.assertLen(actual, len(expected))
-            for a, e in zip(actual, expected):
-                for a_local, e_local in zip(
-                    test_util.local_values(strategy, a),
-                    test_util.local_values(strategy, e),
-                ):
-                    self.assertAllEqual(a_local, e_local, msg=a.name)
+            test_util.assert_same_state_as_tf_keras(
+                self, opt, var_list, ref, ref_vars, use_tf_function, strategy)
             self.assertEqual(float(opt.loss_scale), float(ref.loss_scale))
             self.assertEqual(test_util.num(opt.iterations),
                              test_util.num(ref.iterations))

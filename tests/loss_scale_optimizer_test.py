@@ -927,20 +927,8 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
                           for g in grads]
             ref_step(scaled)
             opt_step(scaled)
-            expected = ref_vars + ref.inner_optimizer.variables()
-            actual = var_list + opt.inner_optimizer.variables()
-            if len(actual) > len(expected):
-                # Eagerly, tf_keras creates slots at the first applied step,
-                # tf_lso at the first step (docs/migration.md). Until then
-                # they hold their initial values.
-                self.assertFalse(use_tf_function)
-                self.assertLen(expected, len(var_list) + 1)  # + iterations.
-                for slot in actual[len(expected):]:
-                    self.assertAllEqual(slot, tf.zeros_like(slot))
-                actual = actual[:len(expected)]
-            self.assertLen(actual, len(expected))
-            for a, e in zip(actual, expected):
-                self.assertAllEqual(a, e)
+            test_util.assert_same_state_as_tf_keras(
+                self, opt, var_list, ref, ref_vars, use_tf_function)
             self.assertEqual(float(opt.loss_scale), float(ref.loss_scale))
             if "dynamic" not in settings:
                 self.assertEqual(int(opt.dynamic_counter),

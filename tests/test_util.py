@@ -64,6 +64,31 @@ def local_values(strategy, value):
     return [v.numpy() for v in strategy.experimental_local_results(value)]
 
 
+def assert_same_state_as_tf_keras(test, opt, var_list, ref, ref_vars,
+                                   use_tf_function, strategy=None):
+    """Asserts variables and inner slots of `opt` and tf_keras's `ref` bit-equal.
+
+    Eagerly, tf_keras creates slots at the first applied step, tf_lso at the
+    first step (docs/migration.md). Until then they hold their initial
+    values. With a `strategy`, every replica's copy is compared.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    expected = ref_vars + ref.inner_optimizer.variables()
+    actual = var_list + opt.inner_optimizer.variables()
+    if len(actual) > len(expected):
+        test.assertFalse(use_tf_function)
+        test.assertLen(expected, len(var_list) + 1)  # + iterations.
+        for slot in actual[len(expected):]:
+            for local in local_values(strategy, slot):
+                test.assertAllEqual(local, tf.zeros_like(local))
+        actual = actual[:len(expected)]
+    test.assertLen(actual, len(expected))
+    for a, e in zip(actual, expected):
+        for a_local, e_local in zip(local_values(strategy, a),
+                                    local_values(strategy, e)):
+            test.assertAllEqual(a_local, e_local, msg=a.name)
+
+
 def replica_id():
     """The current replica id as an int32 tensor (0 without a strategy)."""
     return tf.cast(
