@@ -147,7 +147,9 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
                 config.get("dynamic_growth_steps"),
             )
             inner_config = config["inner_optimizer"]
-        optimizer = inner_lib.deserialize(inner_config, custom_objects)
+        optimizer = optimizer_config.deserialize_inner_optimizer(
+            inner_config, custom_objects
+        )
         # Keywords, so that subclasses forwarding **kwargs round-trip.
         health = {k: config[k] for k in optimizer_config.HEALTH_KEYS
                   if k in config}

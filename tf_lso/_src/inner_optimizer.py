@@ -5,13 +5,12 @@ TF >= 2.16), tf_keras optimizers (`tf_keras.optimizers.*`) and tf_keras
 legacy optimizers (`tf_keras.optimizers.legacy.*`, the OptimizerV2 of
 TF 2.x). `wrap` returns an `InnerOptimizer` for each; everything that depends
 on the kind lives in its class, so `LossScaleOptimizer` never asks which
-kind it holds. tf_keras is optional and never imported here unless a config
-asks for it.
+kind it holds. tf_keras is optional and never imported here (see
+`compat.tf_keras_module`); configs are read by `optimizer_config`.
 """
 
 from __future__ import annotations
 
-import importlib
 import typing
 import weakref
 
@@ -21,7 +20,6 @@ import tensorflow as tf
 
 from tf_lso._src import compat
 from tf_lso._src import keras_slots
-from tf_lso._src import optimizer_config
 from tf_lso._src import tensor_like
 
 
@@ -395,42 +393,3 @@ def claim(inner: InnerOptimizer) -> None:
     construction leaves the optimizer free (TF 2.6 marked it first).
     """
     _claimed.add(inner.optimizer)
-
-
-def _is_tf_keras_config(config):
-    inner_config = config.get("config", {})
-    return config.get("module") == "keras.optimizers.legacy" or (
-        isinstance(inner_config, dict) and "is_legacy_optimizer" in inner_config
-    )
-
-
-def deserialize(config, custom_objects=None):
-    """Creates an optimizer from a serialized inner optimizer.
-
-    Configs written by tf_keras (`module: keras.optimizers.legacy`, or an
-    `is_legacy_optimizer` entry) are rebuilt with tf_keras; everything else,
-    including TF 2.x configs without a module, with Keras 3 (see
-    `optimizer_config.upgrade_tf2_inner_config`).
-
-    Args:
-        config: A serialized optimizer dict, or an optimizer instance.
-        custom_objects: Optional dict of custom classes.
-
-    Returns:
-        An optimizer.
-    """
-    if not isinstance(config, dict):
-        return config
-    # Keras's deserialize functions edit the dict they are given (they
-    # lower-case `class_name`); the caller's config stays as it was: new
-    # dicts and lists all the way down, the same values.
-    config = tf.nest.map_structure(lambda value: value, config)
-    if _is_tf_keras_config(config):
-        tf_keras = importlib.import_module("tf_keras")
-        return tf_keras.optimizers.deserialize(
-            config, custom_objects=custom_objects
-        )
-    return keras.optimizers.deserialize(
-        optimizer_config.upgrade_tf2_inner_config(config, custom_objects),
-        custom_objects=custom_objects,
-    )

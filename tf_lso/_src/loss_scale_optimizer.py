@@ -478,7 +478,7 @@ class LossScaleOptimizer(
         config = optimizer_config.upgrade_legacy_config(
             optimizer_config.checked_config(config, cls.__name__)
         )
-        inner_optimizer = inner_lib.deserialize(
+        inner_optimizer = optimizer_config.deserialize_inner_optimizer(
             config.pop("inner_optimizer"), custom_objects
         )
         # Keywords, so that a subclass whose __init__ takes **kwargs and

@@ -1,6 +1,12 @@
-"""Validating and reading `LossScaleOptimizer` settings and configs."""
+"""Validating and reading `LossScaleOptimizer` settings and configs.
+
+The inner optimizer's config too: `deserialize_inner_optimizer`.
+"""
+
+import importlib
 
 import keras
+import tensorflow as tf
 
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import serialization
@@ -236,3 +242,42 @@ def upgrade_tf2_inner_config(config, custom_objects=None):
         inner["learning_rate"] = keras.optimizers.schedules.deserialize(
             schedule, custom_objects=custom_objects)
     return {**config, "config": inner}
+
+
+def _is_tf_keras_config(config):
+    inner_config = config.get("config", {})
+    return config.get("module") == "keras.optimizers.legacy" or (
+        isinstance(inner_config, dict) and "is_legacy_optimizer" in inner_config
+    )
+
+
+def deserialize_inner_optimizer(config, custom_objects=None):
+    """Creates an optimizer from a serialized inner optimizer.
+
+    Configs written by tf_keras (`module: keras.optimizers.legacy`, or an
+    `is_legacy_optimizer` entry) are rebuilt with tf_keras; everything else,
+    including TF 2.x configs without a module, with Keras 3 (see
+    `upgrade_tf2_inner_config`).
+
+    Args:
+        config: A serialized optimizer dict, or an optimizer instance.
+        custom_objects: Optional dict of custom classes.
+
+    Returns:
+        An optimizer.
+    """
+    if not isinstance(config, dict):
+        return config
+    # Keras's deserialize functions edit the dict they are given (they
+    # lower-case `class_name`); the caller's config stays as it was: new
+    # dicts and lists all the way down, the same values.
+    config = tf.nest.map_structure(lambda value: value, config)
+    if _is_tf_keras_config(config):
+        tf_keras = importlib.import_module("tf_keras")
+        return tf_keras.optimizers.deserialize(
+            config, custom_objects=custom_objects
+        )
+    return keras.optimizers.deserialize(
+        upgrade_tf2_inner_config(config, custom_objects),
+        custom_objects=custom_objects,
+    )
