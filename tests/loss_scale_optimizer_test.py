@@ -938,3 +938,151 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+def _v1_classes():
+    """Both classes around a fresh tf_keras legacy SGD (OptimizerV2)."""
+    sgd = test_util.tf_keras.optimizers.legacy.SGD
+    return {
+        "tf24": lambda lr, **kw: tf_lso.LossScaleOptimizer(sgd(lr), **kw),
+        "experimental": lambda lr, initial_scale, dynamic_growth_steps: (
+            tf_lso.experimental.LossScaleOptimizer(
+                sgd(lr),
+                tf_lso.experimental.DynamicLossScale(initial_scale,
+                                                     dynamic_growth_steps),
+            )
+        ),
+    }
+
+
+class GraphModeTest(tf.test.TestCase, parameterized.TestCase):
+    """tf.compat.v1 graphs and sessions, where TF 2.4 ran each test too.
+
+    There `apply_gradients` and `minimize` must return an op that runs the
+    whole step (TF 2.4's did); nothing runs unless the session fetches it.
+    TF 2.4 wrapped OptimizerV2, i.e. tf_keras legacy optimizers.
+    """
+
+    @parameterized.product(
+        strategy_name=("default", "mirrored"), cls=("tf24", "experimental")
+    )
+    def test_dynamic_update(self, strategy_name, cls):
+        with tf.Graph().as_default():
+            strategy = test_util.STRATEGIES[strategy_name]()
+            replicas = strategy.num_replicas_in_sync
+            with strategy.scope():
+                var = tf.Variable([1.0, 2.0])
+                opt = _v1_classes()[cls](
+                    1.0, initial_scale=2, dynamic_growth_steps=1
+                )
+            bad = tf.compat.v1.placeholder(tf.bool, [])
+
+            def step():
+                # `bad` makes only replica 0's gradient NaN.
+                grad = tf.where(
+                    bad, test_util.value_on_replica_0(NAN, 1.0), 1.0
+                ) / replicas
+                return opt.apply_gradients([(tf.fill([2], grad), var)])
+
+            train_op = strategy.experimental_local_results(strategy.run(step))
+            state = [var, tf.convert_to_tensor(opt.loss_scale),
+                     opt.iterations, opt.skipped_steps]
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                trajectory = []
+                for is_bad in (False, True, False):
+                    session.run(train_op, {bad: is_bad})
+                    value, scale, iterations, skipped = session.run(state)
+                    trajectory.append(
+                        (value.tolist(), scale, iterations, skipped))
+        self.assertEqual(trajectory, [
+            ([0.0, 1.0], 4.0, 1, 0),
+            ([0.0, 1.0], 2.0, 2, 1),
+            ([-1.0, 0.0], 4.0, 3, 1),
+        ])
+
+    def test_minimize_scales_the_loss(self):
+        # TF 2.4's testFixedLossScaleAppliedToLossWithMinimize.
+        with tf.Graph().as_default():
+            var = tf.Variable(5.0)
+            opt = _v1_classes()["tf24"](2.0, dynamic=False, initial_scale=10)
+            check = test_util.create_identity_with_grad_check_fn(10.0)
+            train_op = opt.minimize(lambda: check(var), [var])
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                session.run(train_op)
+                self.assertEqual(session.run(var), 3.0)
+                self.assertEqual(session.run(opt.iterations), 1)
+
+    def test_get_gradients_then_apply(self):
+        # TF 2.4's testFixedLossScaleAppliedToLossWithGetGradients.
+        with tf.Graph().as_default():
+            var = tf.Variable(5.0)
+            opt = _v1_classes()["tf24"](2.0, dynamic=False, initial_scale=10)
+            check = test_util.create_identity_with_grad_check_fn(10.0)
+            grads = opt.get_gradients(check(var) * 1.0, [var])
+            train_op = opt.apply_gradients(zip(grads, [var]))
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                session.run(train_op)
+                self.assertEqual(session.run(var), 3.0)
+
+    def test_slots_stay_on_skipped_steps(self):
+        # TF 2.4's testDynamicLossScaleWithSlots, with a NaN step between.
+        with tf.Graph().as_default():
+            var = tf.Variable([1.0, 2.0])
+            opt = tf_lso.LossScaleOptimizer(
+                test_util.tf_keras.optimizers.legacy.SGD(1.0, momentum=1.0),
+                initial_scale=2, dynamic_growth_steps=1,
+            )
+            grad = tf.compat.v1.placeholder(tf.float32, [])
+            train_op = opt.apply_gradients([(tf.fill([2], grad), var)])
+            momentum = opt.get_slot(var, "momentum")
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                trajectory = []
+                for value in (1.0, NAN, 1.0):
+                    session.run(train_op, {grad: value})
+                    trajectory.append(
+                        (session.run(var).tolist(),
+                         session.run(momentum).tolist(),
+                         session.run(opt.loss_scale)))
+        self.assertEqual(trajectory, [
+            ([0.0, 1.0], [-1.0, -1.0], 4.0),
+            ([0.0, 1.0], [-1.0, -1.0], 2.0),
+            ([-2.0, -1.0], [-2.0, -2.0], 4.0),
+        ])
+
+    def test_max_consecutive_skips_fails_the_session_run(self):
+        with tf.Graph().as_default():
+            var = tf.Variable(1.0)
+            opt = tf_lso.LossScaleOptimizer(
+                test_util.tf_keras.optimizers.legacy.SGD(1.0),
+                initial_scale=8, max_consecutive_skips=2,
+            )
+            train_op = opt.apply_gradients([(tf.constant(NAN), var)])
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                session.run(train_op)
+                session.run(train_op)
+                with self.assertRaisesRegex(
+                    tf.errors.InvalidArgumentError,
+                    "More than max_consecutive_skips=2",
+                ):
+                    session.run(train_op)
+                self.assertEqual(session.run(var), 1.0)
+
+    @parameterized.named_parameters(("keras3", "keras"), ("tf_keras", "tf_keras"))
+    def test_other_inner_optimizers_are_a_runtime_error(self, kind):
+        with tf.Graph().as_default():
+            var = tf.Variable(1.0)
+            sgd = (keras.optimizers.SGD if kind == "keras"
+                   else test_util.tf_keras.optimizers.SGD)
+            opt = tf_lso.LossScaleOptimizer(sgd(1.0))
+            with self.assertRaisesRegex(
+                RuntimeError,
+                r"In a tf.compat.v1 graph .* must be a tf_keras legacy "
+                r"optimizer .* Received: inner_optimizer=",
+            ):
+                opt.apply_gradients([(tf.constant(1.0), var)])
+

@@ -51,6 +51,9 @@ class ApplyStep(tf.Module):
             name: Passed to tf_keras inner optimizers.
             aggregate: Whether the gradients still need summing over
                 replicas.
+
+        Returns:
+            In a `tf.compat.v1` graph, the op that runs the step; else None.
         """
         if (
             aggregate
@@ -61,7 +64,7 @@ class ApplyStep(tf.Module):
             # did; the inner optimizer then applies without summing again.
             packed = packed.all_reduced()
             aggregate = False
-        should_apply, checked = self._check(packed, var_list)
+        update_op, should_apply, checked = self._check(packed, var_list)
         names_id = self._overflow.names_id_for(var_list)
 
         def apply_fn(values, aux, var_list):
@@ -69,7 +72,8 @@ class ApplyStep(tf.Module):
             # captured and branch tensors breaks the gradient of Keras 3's
             # all-reduce (a custom_gradient, used even with no strategy).
             grads = packed.unpack([tf.identity(v) for v in values], aux)
-            self._inner.apply(list(zip(grads, var_list)), name, aggregate)
+            return self._inner.apply(list(zip(grads, var_list)), name,
+                                     aggregate)
 
         def skip_fn(values):
             # Only skipped steps pay for finding the offending variables.
@@ -82,11 +86,18 @@ class ApplyStep(tf.Module):
             self._overflow.report(names_id)
             self._overflow.check(consecutive, names_id)
 
-        distribute.cond_on_all_replicas(
+        v1_graph = distribute.in_v1_graph()
+        if v1_graph:
+            skip_fn = _one_op(skip_fn)
+        step_op = distribute.cond_on_all_replicas(
             should_apply, apply_fn, skip_fn,
             args=(packed.values, packed.aux, var_list),
             false_args=(checked.values,),
         )
+        if v1_graph:
+            return tf.group(*[op for op in (update_op, step_op)
+                              if op is not None])
+        return None
 
     def _check(self, packed, var_list):
         """Updates the loss scale.
@@ -98,19 +109,36 @@ class ApplyStep(tf.Module):
         Earlier calls accumulate without a check.
 
         Returns:
-            (whether to call the inner apply, the gradients checked).
+            (the loss scale's update op, whether to call the inner apply,
+            the gradients checked).
         """
         window = self._inner.accumulation_window(var_list)
         if window is None:
-            return self._loss_scale._update_packed(packed)[1], packed
+            return (*self._loss_scale._update_packed(packed), packed)
         is_window_end, accumulators = window
         sums = gradients_lib.pack([
             None if g is None else tf.convert_to_tensor(g) + acc
             for g, acc in zip(packed.unpack(), accumulators)
         ])
-        _, is_finite = self._loss_scale._update_packed(
+        update_op, is_finite = self._loss_scale._update_packed(
             sums, window_end=is_window_end
         )
-        if isinstance(is_finite, bool):
-            return is_finite, sums
-        return tf.logical_or(is_finite, tf.logical_not(is_window_end)), sums
+        if not isinstance(is_finite, bool):
+            is_finite = tf.logical_or(is_finite, tf.logical_not(is_window_end))
+        return update_op, is_finite, sums
+
+
+def _one_op(fn):
+    """`fn` as a `tf.function`, for a `tf.compat.v1` graph.
+
+    A cond branch there runs only what its result depends on, in no set
+    order; a function call runs all of the function's stateful ops in
+    program order, as in TF 2.
+    """
+
+    @tf.function(autograph=False)
+    def call(*args):
+        fn(*args)
+        return tf.constant(True)
+
+    return call

@@ -97,6 +97,17 @@ def sum_over_replicas(fn, *args):
     return fn(*args)
 
 
+def in_v1_graph():
+    """Whether ops are being added to a `tf.compat.v1` graph (a Session's).
+
+    There only what a fetched op depends on runs, and nothing orders
+    stateful ops (no eager execution, no automatic control dependencies as
+    in a `tf.function`). Ask before building a cond: its branches are
+    functions.
+    """
+    return not tf.executing_eagerly() and not tf.inside_function()
+
+
 def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
     """Runs `true_fn(*args)` on every replica if `pred`, else `false_fn`.
 
@@ -110,29 +121,30 @@ def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
     replica context. `false_fn(*false_args)` then runs once, in the
     cross-replica context, with per-replica `false_args` (see
     `sum_over_replicas`).
+
+    Returns:
+        In a `tf.compat.v1` graph, what runs the chosen branch: a branch
+        must return every op it wants run there. Elsewhere, for a Python
+        bool, what the branch returned; otherwise None.
     """
     if isinstance(pred, bool):
-        if pred:
-            true_fn(*args)
-        else:
-            false_fn(*false_args)
-        return
+        return true_fn(*args) if pred else false_fn(*false_args)
     if not tf.distribute.has_strategy():
-        _lowered_cond(pred, lambda: true_fn(*args),
-                      lambda: false_fn(*false_args))
-        return
+        return _lowered_cond(pred, lambda: true_fn(*args),
+                             lambda: false_fn(*false_args))
     split = len(args)
 
     def merge_fn(strategy, pred, *all_args):
         pred = strategy.experimental_local_results(pred)[0]
-        _lowered_cond(
+        return _lowered_cond(
             pred,
-            lambda: strategy.extended.call_for_each_replica(
-                true_fn, args=all_args[:split]),
+            lambda: strategy.experimental_local_results(
+                strategy.extended.call_for_each_replica(
+                    true_fn, args=all_args[:split])),
             lambda: false_fn(*all_args[split:]),
         )
 
-    tf.distribute.get_replica_context().merge_call(
+    return tf.distribute.get_replica_context().merge_call(
         merge_fn, args=(pred,) + tuple(args) + tuple(false_args)
     )
 
@@ -146,12 +158,23 @@ def _lowered_cond(pred, true_fn, false_fn):
     If op (tried for speed, docs/performance.md), the branch was a separate
     function that Grappler rewrote differently: Adagrad, Ftrl and RMSprop
     updates came out a few ulps apart. XLA never lowers a cond.
+
+    In a `tf.compat.v1` graph each branch returns its ops, grouped, and the
+    cond's output runs them; elsewhere the branches return nothing.
     """
-    tf.cond(pred, lambda: _none(true_fn()), lambda: _none(false_fn()))
+    if not in_v1_graph():
+        tf.cond(pred, lambda: _none(true_fn()), lambda: _none(false_fn()))
+        return None
+    return tf.cond(pred, lambda: _grouped(true_fn()),
+                   lambda: _grouped(false_fn()))
 
 
 def _none(_):
     return None
+
+
+def _grouped(result):
+    return tf.group(*[t for t in tf.nest.flatten(result) if t is not None])
 
 
 def state_variable(initial_value, dtype, name):

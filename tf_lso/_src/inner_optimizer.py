@@ -37,6 +37,9 @@ class InnerOptimizer(typing.Protocol):
     #: before clipping them (TF 2.4's order). If not, the loss scale
     #: optimizer sums them first and applies with `aggregate=False`.
     aggregates_before_clipping: bool = True
+    #: Whether it updates variables in a `tf.compat.v1` graph (run by a
+    #: Session): only OptimizerV2 does, the optimizer TF 2.4 wrapped.
+    runs_in_v1_graphs: bool = False
 
     def build(self, var_list: list) -> None:
         """Creates the variables (slots) for `var_list`; idempotent."""
@@ -47,8 +50,12 @@ class InnerOptimizer(typing.Protocol):
         raise NotImplementedError
 
     def apply(self, grads_and_vars: list, name: str | None,
-              aggregate: bool) -> None:
-        """Applies unscaled gradients (summing over replicas if `aggregate`)."""
+              aggregate: bool) -> typing.Any:
+        """Applies unscaled gradients (summing over replicas if `aggregate`).
+
+        Returns what the optimizer's own apply returns (in a `tf.compat.v1`
+        graph, a tf_keras legacy optimizer's op that runs the update).
+        """
         raise NotImplementedError
 
     def serialize(self) -> dict:
@@ -195,10 +202,9 @@ class KerasInner(_Wrapper):
     def apply(self, grads_and_vars, name, aggregate):
         del name  # Keras 3 optimizers take no name.
         if aggregate:
-            self.optimizer.apply_gradients(grads_and_vars)
-        else:
-            compat.keras_apply_without_all_reduce(self.optimizer,
-                                                  grads_and_vars)
+            return self.optimizer.apply_gradients(grads_and_vars)
+        return compat.keras_apply_without_all_reduce(self.optimizer,
+                                                     grads_and_vars)
 
     def learning_rate(self):
         schedule = compat.keras_learning_rate_schedule(self.optimizer)
@@ -263,7 +269,7 @@ class TfKerasInner(_Wrapper):
         compat.tf_keras_check_variables_are_known(self.optimizer, var_list)
 
     def apply(self, grads_and_vars, name, aggregate):
-        self.optimizer.apply_gradients(
+        return self.optimizer.apply_gradients(
             grads_and_vars, name=name, skip_gradients_aggregation=not aggregate
         )
 
@@ -274,6 +280,8 @@ class TfKerasInner(_Wrapper):
 class TfKerasLegacyInner(_Wrapper):
     """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
 
+    runs_in_v1_graphs = True
+
     def build(self, var_list):
         compat.legacy_create_all_weights(self.optimizer, var_list)
 
@@ -281,7 +289,7 @@ class TfKerasLegacyInner(_Wrapper):
         del var_list  # OptimizerV2 updates any variable.
 
     def apply(self, grads_and_vars, name, aggregate):
-        self.optimizer.apply_gradients(
+        return self.optimizer.apply_gradients(
             grads_and_vars, name=name,
             experimental_aggregate_gradients=aggregate,
         )

@@ -294,19 +294,23 @@ class LossScaleOptimizer(
                 all-reduce).
 
         Returns:
-            The inner optimizer's `iterations` variable.
+            The inner optimizer's `iterations` variable; in a `tf.compat.v1`
+            graph, the op that runs the step (as TF 2.4 returned).
 
         Raises:
             ValueError: In a cross-replica context or under an unsupported
                 distribution strategy.
+            RuntimeError: In a `tf.compat.v1` graph, unless the inner
+                optimizer is a tf_keras legacy one (the only kind that
+                updates variables there).
         """
         scaled, self._keras_scaled_loss = self._keras_scaled_loss, False
         grads_and_vars = tuple(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         var_list = [v for _, v in grads_and_vars]
-        self._apply(grads, var_list, name, experimental_aggregate_gradients,
-                    scaled)
-        return self.iterations
+        step_op = self._apply(grads, var_list, name,
+                              experimental_aggregate_gradients, scaled)
+        return self.iterations if step_op is None else step_op
 
     def apply(
         self,
@@ -348,6 +352,15 @@ class LossScaleOptimizer(
     def _apply(self, grads, var_list, name, aggregate, scaled):
         distribute.check_replica_context("apply_gradients")
         distribute.check_strategy_supported()
+        if distribute.in_v1_graph() and not self._inner.runs_in_v1_graphs:
+            raise RuntimeError(
+                "In a tf.compat.v1 graph (run by a Session), the inner "
+                "optimizer must be a tf_keras legacy optimizer "
+                "(`tf_keras.optimizers.legacy.*`, TF 2.x's OptimizerV2, as "
+                "TF 2.4 wrapped): other optimizers do not update variables "
+                f"there. Received: inner_optimizer={self.inner_optimizer!r}. "
+                "Use a legacy optimizer, or train eagerly or in a tf.function."
+            )
         # Every check comes before the first state change.
         gradients_lib.check_grads_and_vars(grads, var_list)
         # Variables cannot be created inside the cond below.
@@ -361,7 +374,7 @@ class LossScaleOptimizer(
             packed = gradients_lib.pack(grads)
             if scaled:
                 packed = packed.unscaled(self._loss_scale())
-        self._step(packed, var_list, name, aggregate)
+        return self._step(packed, var_list, name, aggregate)
 
     def minimize(
         self,
