@@ -1086,3 +1086,20 @@ class GraphModeTest(tf.test.TestCase, parameterized.TestCase):
             ):
                 opt.apply_gradients([(tf.constant(1.0), var)])
 
+
+    def test_weight_methods(self):
+        # TF 2.4's testWeightMethods, in its graph-mode run.
+        with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+            var = tf.Variable([1.0])
+            opt = _v1_classes()["tf24"](
+                1.0, initial_scale=2.0, dynamic_growth_steps=1
+            )
+            train_op = opt.minimize(lambda: var * 2, [var])
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            self.assertLen(opt.weights, 1)  # iterations
+            self.assertEqual(session.run(opt.weights[0]), 1)
+            self.assertEqual(opt.get_weights()[0], 1)
+            self.assertEqual(session.run(opt.variables()[0]), 1)
+            opt.set_weights([np.array(2)])
+            self.assertEqual(session.run(opt.variables()[0]), 2)

@@ -160,7 +160,7 @@ class InnerOptimizerForwarding:
         Returns:
             A list of NumPy arrays, in the order of `variables`.
         """
-        return [v.numpy() for v in self.variables]
+        return self._inner.get_weights()
 
     def set_weights(self, weights: list[np.ndarray]) -> None:
         """Sets the inner optimizer's variables from a list of NumPy values.

@@ -84,6 +84,10 @@ class InnerOptimizer(typing.Protocol):
         """The optimizer's variables (step counter, slots, ...)."""
         return list(self.optimizer.variables)
 
+    def get_weights(self) -> list:
+        """The values of `variables()`, as NumPy arrays."""
+        return [v.numpy() for v in self.variables()]
+
     def learning_rate(self):
         """The learning rate, callable with a step if it follows a schedule."""
         return self.optimizer.learning_rate
@@ -296,6 +300,10 @@ class TfKerasLegacyInner(_Wrapper):
 
     def variables(self):
         return list(self.optimizer.variables())
+
+    def get_weights(self):
+        # In a tf.compat.v1 graph too (through the default session).
+        return self.optimizer.get_weights()
 
     def hyperparameter_names(self):
         # Exactly what TF 2.4 forwarded; the config's values are variable
