@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_lso._src import compat
+from tf_lso._src import distribute
 from tf_lso._src import keras_slots
 from tf_lso._src import tensor_like
 
@@ -37,9 +38,6 @@ class InnerOptimizer(typing.Protocol):
     #: before clipping them (TF 2.4's order). If not, the loss scale
     #: optimizer sums them first and applies with `aggregate=False`.
     aggregates_before_clipping: bool = True
-    #: Whether it updates variables in a `tf.compat.v1` graph (run by a
-    #: Session): only OptimizerV2 does, the optimizer TF 2.4 wrapped.
-    runs_in_v1_graphs: bool = False
 
     def build(self, var_list: list) -> None:
         """Creates the variables (slots) for `var_list`; idempotent."""
@@ -48,6 +46,22 @@ class InnerOptimizer(typing.Protocol):
     def check_variables(self, var_list: list) -> None:
         """Raises the optimizer's own error for variables it cannot update."""
         raise NotImplementedError
+
+    def check_graph(self) -> None:
+        """Raises RuntimeError where the optimizer updates no variables.
+
+        That is a `tf.compat.v1` graph (run by a Session), for every kind
+        but OptimizerV2, the optimizer TF 2.4 wrapped.
+        """
+        if distribute.in_v1_graph():
+            raise RuntimeError(
+                "In a tf.compat.v1 graph (run by a Session), the inner "
+                "optimizer must be a tf_keras legacy optimizer "
+                "(`tf_keras.optimizers.legacy.*`, TF 2.x's OptimizerV2, as "
+                "TF 2.4 wrapped): other optimizers do not update variables "
+                f"there. Received: inner_optimizer={self.optimizer!r}. Use "
+                "a legacy optimizer, or train eagerly or in a tf.function."
+            )
 
     def apply(self, grads_and_vars: list, name: str | None,
               aggregate: bool) -> typing.Any:
@@ -284,13 +298,14 @@ class TfKerasInner(_Wrapper):
 class TfKerasLegacyInner(_Wrapper):
     """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
 
-    runs_in_v1_graphs = True
-
     def build(self, var_list):
         compat.legacy_create_all_weights(self.optimizer, var_list)
 
     def check_variables(self, var_list):
         del var_list  # OptimizerV2 updates any variable.
+
+    def check_graph(self):
+        pass  # OptimizerV2 runs in tf.compat.v1 graphs too.
 
     def apply(self, grads_and_vars, name, aggregate):
         return self.optimizer.apply_gradients(

@@ -352,15 +352,7 @@ class LossScaleOptimizer(
     def _apply(self, grads, var_list, name, aggregate, scaled):
         distribute.check_replica_context("apply_gradients")
         distribute.check_strategy_supported()
-        if distribute.in_v1_graph() and not self._inner.runs_in_v1_graphs:
-            raise RuntimeError(
-                "In a tf.compat.v1 graph (run by a Session), the inner "
-                "optimizer must be a tf_keras legacy optimizer "
-                "(`tf_keras.optimizers.legacy.*`, TF 2.x's OptimizerV2, as "
-                "TF 2.4 wrapped): other optimizers do not update variables "
-                f"there. Received: inner_optimizer={self.inner_optimizer!r}. "
-                "Use a legacy optimizer, or train eagerly or in a tf.function."
-            )
+        self._inner.check_graph()
         # Every check comes before the first state change.
         gradients_lib.check_grads_and_vars(grads, var_list)
         # Variables cannot be created inside the cond below.
