@@ -1103,3 +1103,29 @@ class GraphModeTest(tf.test.TestCase, parameterized.TestCase):
             self.assertEqual(session.run(opt.variables()[0]), 1)
             opt.set_weights([np.array(2)])
             self.assertEqual(session.run(opt.variables()[0]), 2)
+
+    def test_checkpoint_save_and_restore(self):
+        # TF 2.4's testCheckpoint (SaveAndRestoreBase), in its graph run.
+        prefix = self.create_tempdir().full_path + "/ckpt"
+        with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+            var = tf.Variable([2.0])
+            opt = tf_lso.LossScaleOptimizer(
+                test_util.tf_keras.optimizers.legacy.SGD(1.0, momentum=1.0),
+                initial_scale=1.0, dynamic_growth_steps=2,
+            )
+            train_op = opt.minimize(lambda: var / 2.0, [var])
+            checkpoint = tf.compat.v1.train.Checkpoint(optimizer=opt, var=var)
+            state = [var, opt.get_slot(var, "momentum"), opt.loss_scale,
+                     opt.dynamic_counter, opt.iterations]
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            saved = session.run(state)
+            path = checkpoint.save(prefix, session=session)
+            session.run(train_op)
+            self.assertEqual(session.run(opt.loss_scale), 2.0)
+            checkpoint.restore(path).assert_consumed().run_restore_ops(session)
+            restored = session.run(state)
+        self.assertEqual([v.tolist() for v in saved],
+                         [[1.5], [-0.5], 1.0, 1, 1])
+        self.assertEqual([v.tolist() for v in restored],
+                         [v.tolist() for v in saved])
