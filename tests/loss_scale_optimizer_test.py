@@ -936,9 +936,6 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
             self.assertEqual(int(opt.iterations), int(ref.iterations))
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
 
 def _v1_classes():
     """Both classes around a fresh tf_keras legacy SGD (OptimizerV2)."""
@@ -1086,7 +1083,6 @@ class GraphModeTest(tf.test.TestCase, parameterized.TestCase):
             ):
                 opt.apply_gradients([(tf.constant(1.0), var)])
 
-
     def test_weight_methods(self):
         # TF 2.4's testWeightMethods, in its graph-mode run.
         with tf.Graph().as_default(), tf.compat.v1.Session() as session:
@@ -1129,3 +1125,7 @@ class GraphModeTest(tf.test.TestCase, parameterized.TestCase):
                          [[1.5], [-0.5], 1.0, 1, 1])
         self.assertEqual([v.tolist() for v in restored],
                          [v.tolist() for v in saved])
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -95,8 +95,7 @@ class ApplyStep(tf.Module):
             false_args=(checked.values,),
         )
         if v1_graph:
-            return tf.group(*[op for op in (update_op, step_op)
-                              if op is not None])
+            return distribute.grouped((update_op, step_op))
         return None
 
     def _check(self, packed, var_list):

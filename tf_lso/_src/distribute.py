@@ -165,15 +165,16 @@ def _lowered_cond(pred, true_fn, false_fn):
     if not in_v1_graph():
         tf.cond(pred, lambda: _none(true_fn()), lambda: _none(false_fn()))
         return None
-    return tf.cond(pred, lambda: _grouped(true_fn()),
-                   lambda: _grouped(false_fn()))
+    return tf.cond(pred, lambda: grouped(true_fn()),
+                   lambda: grouped(false_fn()))
 
 
 def _none(_):
     return None
 
 
-def _grouped(result):
+def grouped(result):
+    """One op that runs every op or tensor in `result` (None entries skipped)."""
     return tf.group(*[t for t in tf.nest.flatten(result) if t is not None])
 
 
