@@ -1,5 +1,7 @@
 """Keras 3 `compile`/`fit`, `.keras` files and SavedModel with tf_lso."""
 
+import warnings
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -194,6 +196,41 @@ class FitTest(parameterized.TestCase):
         self.assertEqual(state3, state)
         for actual, expected in zip(weights3 + slots3, weights + slots):
             np.testing.assert_array_equal(actual, expected)
+
+    @parameterized.named_parameters(
+        ("graph", {}), ("jit", {"jit_compile": True}),
+    )
+    def test_float8_scales_are_not_unscaled(self, compile_kwargs):
+        # A float8 model keeps its scales and amax histories in variables
+        # with `overwrite_with_gradient`: their "gradients" are new values.
+        # (Keras's float8 layers fail under run_eagerly, with or without a
+        # loss scale optimizer.)
+        def fit(optimizer):
+            keras.utils.set_random_seed(1)
+            model = keras.Sequential([keras.Input((4,)),
+                                      keras.layers.Dense(8, name="a"),
+                                      keras.layers.Dense(1, name="b")])
+            with warnings.catch_warnings():  # "InputLayer ... quantize".
+                warnings.simplefilter("ignore", UserWarning)
+                model.quantize("float8")
+            model.compile(optimizer, "mse", **compile_kwargs)
+            model.fit(X[:16], Y[:16], batch_size=16, verbose=0)
+            return {v.path.split("/", 1)[1]: v.numpy()  # "a/kernel_scale"
+                    for v in model.variables
+                    if getattr(v, "overwrite_with_gradient", False)}
+
+        scale = 2.0**15
+        actual = fit(tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1)))
+        bare = fit(keras.optimizers.SGD(0.1))
+        self.assertLen(actual, 12)
+        for name, value in actual.items():
+            if "outputs_grad" in name and "amax" in name:
+                # The amax of the gradient that reached the layer: scaled.
+                np.testing.assert_array_equal(value, bare[name] * scale)
+            elif "outputs_grad" in name:
+                np.testing.assert_array_equal(value, bare[name])
+            else:  # Forward-pass scales: the loss scale plays no part.
+                np.testing.assert_array_equal(value, bare[name], err_msg=name)
 
     def test_scale_never_underflows_after_many_overflows(self):
         # Keras 3's own LossScaleOptimizer halves without a floor: after

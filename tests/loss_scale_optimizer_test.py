@@ -76,6 +76,27 @@ class ScalingTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "`tape` is required"):
             opt.minimize(tf.constant(1.0), [var])
 
+    @test_util.EAGER_AND_FUNCTION
+    def test_minimize_keras_variables(self, use_tf_function):
+        # A Keras 3 model's variables, as `model.trainable_variables` gives
+        # them; a non-trainable one is only differentiated if watched.
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+        frozen = keras.Variable(3.0, trainable=False)
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                        initial_scale=4)
+        model.set_weights([np.array([[2.0]]), np.array([1.0])])
+
+        def loss():
+            return tf.reduce_sum(model(tf.ones((1, 1)))) + frozen * 2.0
+
+        test_util.maybe_function(
+            lambda: opt.minimize(loss, model.trainable_variables + [frozen]),
+            use_tf_function)()
+        kernel, bias = model.weights
+        self.assertAllEqual(kernel, [[1.0]])
+        self.assertAllEqual(bias, [0.0])
+        self.assertEqual(float(frozen.numpy()), 1.0)
+
     def test_get_scaled_loss(self):
         opt = tf_lso.LossScaleOptimizer(
             keras.optimizers.SGD(1.0), dynamic=False, initial_scale=2
@@ -372,6 +393,217 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
             var = tf.Variable(1.0)
             with self.assertRaisesRegex(ValueError, message):
                 strategy.run(lambda: opt.minimize(lambda: var * 1.0, [var]))
+
+
+# Eagerly, in a tf.function, and with jit_compile (see `_compiled`).
+_MODES = (("eager", None), ("tf_function", False), ("jit", True))
+
+
+_KERAS_BASE_ARGUMENTS = (
+    ("weight_decay", 0.5), ("clipnorm", 0.5), ("global_clipnorm", 0.5),
+    ("clipvalue", 0.5), ("use_ema", True), ("ema_momentum", 0.5),
+    ("ema_overwrite_frequency", 2), ("loss_scale_factor", 0.5),
+    ("gradient_accumulation_steps", 2),
+)
+
+
+class KerasSignatureTest(tf.test.TestCase, parameterized.TestCase):
+    """The constructor takes TF 2.4's arguments and Keras 3's."""
+
+    def test_name(self):
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), name="lso")
+        self.assertEqual(opt.name, "lso")
+        config = opt.get_config()
+        self.assertEqual(config["name"], "lso")
+        restored = tf_lso.LossScaleOptimizer.from_config(config)
+        self.assertEqual(restored.name, "lso")
+        self.assertEqual(restored.get_config(), config)
+
+    def test_no_name_keeps_tf24_config(self):
+        config = tf_lso.LossScaleOptimizer(keras.optimizers.SGD()).get_config()
+        self.assertEqual(sorted(config), ["dynamic", "dynamic_growth_steps",
+                                          "initial_scale", "inner_optimizer"])
+
+    def test_keras3_config_round_trips(self):
+        # Keras 3's config (with its name) loads into tf_lso and comes back
+        # with the same entries, and tf_lso's loads into Keras 3's class.
+        # (An inner name that Keras made up is not configuration for
+        # tf_lso, and not in its config: the inner optimizer has its own.)
+        keras_lso = keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.SGD(0.5, name="inner"), initial_scale=64.0,
+            dynamic_growth_steps=10, name="scaled")
+        keras_config = keras_lso.get_config()
+        opt = tf_lso.LossScaleOptimizer.from_config(dict(keras_config))
+        self.assertEqual(opt.name, "scaled")
+        config = opt.get_config()
+        self.assertEqual({k: config[k] for k in keras_config}, keras_config)
+        self.assertIs(config["dynamic"], True)
+        back = keras.optimizers.LossScaleOptimizer.from_config(dict(config))
+        self.assertIs(type(back), keras.optimizers.LossScaleOptimizer)
+        self.assertEqual(back.get_config(), keras_config)
+
+    def test_keras3_keywords(self):
+        opt = tf_lso.LossScaleOptimizer(
+            inner_optimizer=keras.optimizers.SGD(), initial_scale=8.0,
+            dynamic_growth_steps=3, name="lso", dynamic=True)
+        self.assertEqual((opt.initial_scale, opt.dynamic_growth_steps,
+                          opt.dynamic, opt.name), (8.0, 3, True, "lso"))
+
+    @parameterized.named_parameters(
+        (name, name, value) for name, value in _KERAS_BASE_ARGUMENTS)
+    def test_base_optimizer_argument_belongs_to_the_inner(self, name, value):
+        with self.assertRaisesRegex(
+                ValueError, f"does not support `{name}`. Instead, set "
+                f"`{name}` on the `inner_optimizer`"):
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), **{name: value})
+
+    def test_base_optimizer_defaults_are_accepted(self):
+        # Keras 3.0-3.3 configs hold them (Keras 3's class accepts them too).
+        defaults = {"weight_decay": None, "clipnorm": None,
+                    "global_clipnorm": None, "clipvalue": None,
+                    "use_ema": False, "ema_momentum": 0.99,
+                    "ema_overwrite_frequency": None, "loss_scale_factor": None,
+                    "gradient_accumulation_steps": None}
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), **defaults)
+        self.assertNotIn("clipnorm", opt.get_config())
+        config = {**opt.get_config(), **defaults, "name": "old"}
+        self.assertEqual(
+            tf_lso.LossScaleOptimizer.from_config(config).name, "old")
+        with self.assertRaisesRegex(ValueError, "set `clipnorm` on the"):
+            tf_lso.LossScaleOptimizer.from_config({**config, "clipnorm": 1.0})
+
+    def test_unknown_keywords(self):
+        with self.assertRaisesRegex(
+                ValueError, "does not support arguments: `foo`, `bar`"):
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), foo=True, bar=3)
+
+    def test_tf23_loss_scale_keyword_names_the_experimental_class(self):
+        with self.assertRaisesRegex(
+                ValueError, "arguments: `loss_scale`.*"
+                r"tf_lso.experimental.LossScaleOptimizer\(optimizer, "
+                "loss_scale\\)"):
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(),
+                                      loss_scale="dynamic")
+
+    def test_positional_scale_is_tf24s_type_error(self):
+        # TF 2.4's second positional argument is `dynamic`. A number there
+        # is TF 2.1-2.3's fixed loss scale, not Keras 3's initial scale.
+        with self.assertRaisesRegex(
+                TypeError, "must be a bool, but got: 1024.*"
+                "`initial_scale=` by keyword"):
+            tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), 1024)
+
+    def test_experimental_class_takes_a_name(self):
+        opt = tf_lso.experimental.LossScaleOptimizer(
+            keras.optimizers.SGD(), "dynamic", name="v1")
+        self.assertEqual(opt.name, "v1")
+        restored = tf_lso.experimental.LossScaleOptimizer.from_config(
+            opt.get_config())
+        self.assertEqual(restored.name, "v1")
+
+
+class OverwriteWithGradientTest(tf.test.TestCase, parameterized.TestCase):
+    """Variables with `overwrite_with_gradient` (Keras 3's float8 scales).
+
+    Their "gradient" is their next value, not a gradient of the loss: Keras 3
+    neither unscales it nor sums it over replicas.
+    """
+
+    @parameterized.named_parameters(
+        (f"{protocol}_{mode_name}_{kind}", protocol, mode, kind)
+        for protocol in ("apply", "scale_loss", "minimize")
+        for mode_name, mode in _MODES
+        for kind in ("v2", "v1")
+    )
+    def test_value_passes_through_unscaled(self, protocol, mode, kind):
+        value = keras.Variable([1.0, 2.0])
+        value.overwrite_with_gradient = True
+        var = keras.Variable([1.0, 2.0])
+        inner = keras.optimizers.SGD(0.5)
+        opt = (tf_lso.LossScaleOptimizer(inner, initial_scale=8)
+               if kind == "v2" else
+               tf_lso.experimental.LossScaleOptimizer(inner, 8))
+        new_value = tf.constant([10.0, 20.0])
+
+        def step():
+            if protocol == "apply":  # Keras 3's `apply` takes scaled grads.
+                opt.apply([new_value, tf.constant([16.0, 8.0])],
+                          [value, var])
+            elif protocol == "scale_loss":  # What `fit` does.
+                with tf.GradientTape() as tape:
+                    loss = opt.scale_loss(tf.reduce_sum(var * [2.0, 1.0]))
+                opt.apply_gradients([(new_value, value),
+                                     (tape.gradient(loss, var.value), var)])
+            else:
+                opt.minimize(
+                    lambda: tf.reduce_sum(var * [2.0, 1.0])
+                    + tf.reduce_sum(_overwrite_with(value, new_value)),
+                    [value, var])
+
+        _compiled(step, mode)()
+        self.assertAllEqual(value, [10.0, 20.0])
+        self.assertAllEqual(var, [0.0, 1.5])
+        self.assertEqual(float(opt.loss_scale if kind == "v2"
+                               else opt.loss_scale()), 8.0)
+
+    def test_a_non_finite_value_skips_the_step(self):
+        # Keras 3's check covers every gradient, these included.
+        value = keras.Variable([1.0, 2.0])
+        value.overwrite_with_gradient = True
+        var = keras.Variable([1.0, 2.0])
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.5),
+                                        initial_scale=8)
+        opt.apply([tf.constant([NAN, 1.0]), tf.constant([16.0, 8.0])],
+                  [value, var])
+        self.assertAllEqual(value, [1.0, 2.0])
+        self.assertAllEqual(var, [1.0, 2.0])
+        self.assertEqual(float(opt.loss_scale), 4.0)
+        self.assertEqual(int(opt.skipped_steps), 1)
+
+    @parameterized.named_parameters(("eager", False), ("tf_function", True))
+    def test_mirrored_matches_bare_keras_optimizer(self, use_tf_function):
+        # Each replica writes its own value, as the bare optimizer does; the
+        # other gradients are summed over replicas.
+        strategy = test_util.mirrored_strategy()
+        results = []
+        for wrap in (False, True):
+            with strategy.scope():
+                value = keras.Variable([1.0, 2.0])
+                value.overwrite_with_gradient = True
+                var = keras.Variable([1.0, 2.0])
+                opt = keras.optimizers.SGD(0.5)
+                if wrap:
+                    opt = tf_lso.LossScaleOptimizer(opt, initial_scale=4)
+                opt.build([value, var])
+
+            def step(opt=opt, value=value, var=var):
+                replica = tf.cast(test_util.replica_id(), tf.float32)
+                grad = tf.stack([replica + 10.0, 20.0])
+                scale = opt.scale_loss(tf.constant(1.0))
+                opt.apply([grad, grad * scale], [value, var])
+
+            _run(strategy, step, use_tf_function)
+            results.append([test_util.local_values(strategy, v)
+                            for v in (value, var)])
+        self.assertAllEqual(results[1], results[0])
+        self.assertAllEqual(results[1][0], [[10.0, 20.0], [11.0, 20.0]])
+
+
+def _compiled(fn, jit_compile):
+    """`fn` as it is (None), or a tf.function with `jit_compile`."""
+    return fn if jit_compile is None else tf.function(
+        fn, jit_compile=jit_compile)
+
+
+def _overwrite_with(variable, new_value):
+    """`variable` (as a loss term) whose gradient is `new_value`, as float8
+    layers make the gradients of their scale variables."""
+
+    @tf.custom_gradient
+    def identity(x):
+        return tf.identity(x), lambda dx: new_value
+
+    return identity(variable.value)
 
 
 class StackedAndSingleGradientsTest(tf.test.TestCase, parameterized.TestCase):

@@ -61,6 +61,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             other `LossScale` subclass instance, a dict from `serialize`, or
             one of TensorFlow's deprecated `tf.compat.v1.mixed_precision` loss
             scales (converted).
+        name: See `tf_lso.LossScaleOptimizer`.
         max_consecutive_skips: See `tf_lso.LossScaleOptimizer`.
         print_overflows: See `tf_lso.LossScaleOptimizer`.
 
@@ -85,12 +86,13 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         optimizer: Any,
         loss_scale: Any,
         *,
+        name: str | None = None,
         max_consecutive_skips: int | None = None,
         print_overflows: bool = False,
     ) -> None:
         inner = inner_lib.wrap(optimizer, "optimizer")
         distribute.check_strategy_supported()
-        self._init_wrapper(inner, _to_loss_scale(loss_scale),
+        self._init_wrapper(inner, _to_loss_scale(loss_scale), name,
                            max_consecutive_skips, print_overflows)
 
     @property
@@ -110,8 +112,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             return {
                 "optimizer": self._inner.serialize(),
                 "loss_scale": serialization.serialize(self._loss_scale),
-                **optimizer_config.health_config(self.max_consecutive_skips,
-                                                 self.print_overflows),
+                **self._optional_config(),
             }
         return super().get_config()
 
@@ -151,6 +152,6 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             inner_config, custom_objects
         )
         # Keywords, so that subclasses forwarding **kwargs round-trip.
-        health = {k: config[k] for k in optimizer_config.HEALTH_KEYS
-                  if k in config}
-        return cls(optimizer=optimizer, loss_scale=loss_scale, **health)
+        optional = {k: config[k] for k in optimizer_config.OPTIONAL_KEYS
+                    if k in config}
+        return cls(optimizer=optimizer, loss_scale=loss_scale, **optional)

@@ -205,6 +205,16 @@ def _stackable(grad):
     )
 
 
+def overwrites(variable):
+    """Whether `variable`'s "gradient" is its next value, not a gradient.
+
+    Keras 3's `overwrite_with_gradient` (float8 layers keep their scales and
+    amax histories so): Keras 3 optimizers assign such a gradient to the
+    variable, and neither unscale it nor sum it over replicas.
+    """
+    return bool(getattr(variable, "overwrite_with_gradient", False))
+
+
 class Packed:
     """A flat list of gradients, with small same-shaped ones stacked.
 
@@ -214,20 +224,30 @@ class Packed:
     holds the indices and dense shapes of the `IndexedSlices`. `unpack`
     rebuilds the list from (possibly transformed) `values`; elementwise
     transforms give bit-identical results to applying them per gradient.
+    The values in `raw` (indices into `values`) are new variable values (see
+    `overwrites`): checked, never scaled or summed over replicas.
     """
 
-    def __init__(self, values, aux, plan):
+    def __init__(self, values, aux, plan, raw=frozenset()):
         self.values = values
         self.aux = aux
         self._plan = plan
+        self.raw = raw
+
+    def _with_values(self, values, aux=None):
+        return Packed(values, self.aux if aux is None else aux, self._plan,
+                      self.raw)
 
     def scaled(self, factor):
         """Returns a Packed whose values are multiplied by `factor`.
 
-        `factor` is cast to each value's dtype, as `scale_by` does.
+        `factor` is cast to each value's dtype, as `scale_by` does; `raw`
+        values stay as they are.
         """
-        values = [scale_by(v, factor) for v in self.values]
-        return Packed(values, self.aux, self._plan)
+        return self._with_values([
+            v if i in self.raw else scale_by(v, factor)
+            for i, v in enumerate(self.values)
+        ])
 
     def unscaled(self, scale):
         """Returns a Packed whose values are divided by the loss scale.
@@ -257,8 +277,9 @@ class Packed:
                 # changing any rounded result.
                 reciprocal *= 1.0 + 2.0**-30
             return [
-                tf.cast(tf.cast(v, tf.float64) * reciprocal, v.dtype)
-                for v in self.values
+                v if i in self.raw
+                else tf.cast(tf.cast(v, tf.float64) * reciprocal, v.dtype)
+                for i, v in enumerate(self.values)
             ]
 
         if not self.values:
@@ -267,7 +288,7 @@ class Packed:
             values = huge() if static > HUGE_SCALE else ordinary()
         else:
             values = tf.cond(scale > HUGE_SCALE, huge, ordinary)
-        return Packed(list(values), self.aux, self._plan)
+        return self._with_values(list(values))
 
     def all_finite(self):
         """`all_finite` of these gradients, without packing them again."""
@@ -277,26 +298,29 @@ class Packed:
         """Returns a Packed whose values are summed over all replicas.
 
         Must be called in a replica context. One `all_reduce` carries every
-        value (stacks included); `IndexedSlices` stay sparse.
+        value (stacks included) but the `raw` ones, which each replica keeps;
+        `IndexedSlices` stay sparse.
         """
         sparse = {
             entry[1]: entry[2] for entry in self._plan
             if entry is not None and entry[0] == "sparse"
         }
+        summed = [i for i in range(len(self.values)) if i not in self.raw]
         items = [
-            tf.IndexedSlices(v, *self.aux[sparse[i]]) if i in sparse else v
-            for i, v in enumerate(self.values)
+            tf.IndexedSlices(self.values[i], *self.aux[sparse[i]])
+            if i in sparse else self.values[i]
+            for i in summed
         ]
         context = tf.distribute.get_replica_context()
         reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, items)
         aux = list(self.aux)
-        values = []
-        for i, value in enumerate(reduced):
+        values = list(self.values)
+        for i, value in zip(summed, reduced):
             if i in sparse:
                 aux[sparse[i]] = (value.indices, value.dense_shape)
                 value = value.values
-            values.append(value)
-        return Packed(values, aux, self._plan)
+            values[i] = value
+        return self._with_values(values, aux)
 
     def nonfinite_per_gradient(self, values=None):
         """An int32 vector, one entry per gradient: 1 where it has an Inf/NaN.
@@ -364,11 +388,13 @@ class Packed:
         return grads
 
 
-def pack(grads):
+def pack(grads, var_list=None):
     """Groups a flat list of gradients into a `Packed`.
 
     Args:
         grads: Gradients: tensors, `IndexedSlices` or `None`.
+        var_list: Their variables, if known: the gradients of those that
+            `overwrites` are kept apart, as `raw` values.
 
     Returns:
         A `Packed`.
@@ -378,9 +404,11 @@ def pack(grads):
         else tf.convert_to_tensor(g)
         for g in grads
     ]
+    is_raw = [False] * len(grads) if var_list is None else [
+        overwrites(v) for v in var_list]
     groups = {}
     for i, g in enumerate(grads):
-        if _stackable(g):
+        if _stackable(g) and not is_raw[i]:
             groups.setdefault((g.dtype, tuple(g.shape)), []).append(i)
     values, aux, plan = [], [], [None] * len(grads)
     for members in groups.values():
@@ -398,4 +426,6 @@ def pack(grads):
         else:
             plan[i] = ("dense", len(values))
             values.append(g)
-    return Packed(values, aux, plan)
+    raw = frozenset(plan[i][1] for i in range(len(grads)) if is_raw[i]
+                    and grads[i] is not None)
+    return Packed(values, aux, plan, raw)

@@ -42,6 +42,11 @@ class LossScaleOptimizer(
     never wraps it a second time.
 
     Args:
+    The constructor takes TF 2.4's arguments (positionally too) and Keras
+    3's keywords (`initial_scale`, `dynamic_growth_steps`, `name`); Keras 3
+    configs load with `from_config`.
+
+    Args:
         inner_optimizer: The optimizer to wrap: a Keras 3 optimizer, or a
             tf_keras (legacy) optimizer in custom training loops.
         dynamic: Whether the loss scale changes during training. Must be a
@@ -53,6 +58,8 @@ class LossScaleOptimizer(
             integer of at least 1 (integral floats such as 2.0 are accepted,
             as in TF 2.4). Defaults to 2000; must be None when `dynamic` is
             False.
+        name: The optimizer's name (Keras 3's argument). Defaults to one
+            that Keras makes up; a name passed here is in `get_config()`.
         max_consecutive_skips: None (default), or an int K >= 1: the
             (K+1)-th step in a row skipped for non-finite gradients raises
             an error naming the variables whose gradients were not finite
@@ -60,13 +67,17 @@ class LossScaleOptimizer(
         print_overflows: If True, every skipped step prints (`tf.print`, to
             stderr) which variables' gradients were not finite; not under
             `jit_compile=True`. Default False.
+        **kwargs: Keras 3's base optimizer arguments (`clipnorm`,
+            `weight_decay`, ...), accepted at their defaults only, as Keras
+            3's class does: set them on the inner optimizer.
 
     Raises:
         TypeError: If `inner_optimizer` is not a supported optimizer or is a
             loss scale optimizer, or if `dynamic` is not a bool.
         ValueError: For invalid scale arguments, an unsupported
-            distribution strategy, or an `inner_optimizer` that another loss
-            scale optimizer wraps already.
+            distribution strategy, an `inner_optimizer` that another loss
+            scale optimizer wraps already, a base optimizer argument that
+            belongs to the inner optimizer, or an unknown keyword.
 
     >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(1.0),
     ...                                 initial_scale=8)
@@ -88,24 +99,31 @@ class LossScaleOptimizer(
         initial_scale: float | None = None,
         dynamic_growth_steps: int | None = None,
         *,
+        name: str | None = None,
         max_consecutive_skips: int | None = None,
         print_overflows: bool = False,
+        **kwargs: Any,
     ) -> None:
         inner = inner_lib.wrap(inner_optimizer, "inner_optimizer")
         optimizer_config.check_dynamic(dynamic)  # Before the strategy check.
+        optimizer_config.check_keras_keywords(kwargs)
         distribute.check_strategy_supported()
         loss_scale = optimizer_config.loss_scale_from_settings(
             dynamic, initial_scale, dynamic_growth_steps
         )
-        self._init_wrapper(inner, loss_scale, max_consecutive_skips,
+        self._init_wrapper(inner, loss_scale, name, max_consecutive_skips,
                            print_overflows)
 
-    def _init_wrapper(self, inner, loss_scale, max_consecutive_skips=None,
-                      print_overflows=False):
+    def _init_wrapper(self, inner, loss_scale, name=None,
+                      max_consecutive_skips=None, print_overflows=False):
         # Keras requires its constructor first. It assigns defaults such as
         # `clipnorm=None`, which the forwarded properties ignore until
         # `_inner` is set, last.
-        keras.optimizers.Optimizer.__init__(self, learning_rate=0.0)
+        keras.optimizers.Optimizer.__init__(self, learning_rate=0.0,
+                                            name=name)
+        # Only a name that was passed is configuration (as in TF 2.4's
+        # config, which has none).
+        self._given_name = name
         self._loss_scale = loss_scale
         self._keras_scaled_loss = False
         self._handed_out = gradients_lib.HandedOut()
@@ -241,6 +259,11 @@ class LossScaleOptimizer(
         reciprocal is subnormal and CPU kernels flush it to zero, gradients
         are divided by the scale in float64 instead.
 
+        It does not know the variables, so it also divides the gradients
+        of variables with Keras 3's `overwrite_with_gradient` (float8
+        layers), which are new values; `minimize`, `fit` and `apply` pass
+        those through unchanged.
+
         Args:
             grads: A list of gradients; `None` entries stay `None` and
                 `IndexedSlices` stay `IndexedSlices`.
@@ -362,8 +385,11 @@ class LossScaleOptimizer(
         # unscales or checks many of them, and the cond gets few inputs.
         # The TF 2.x protocol's get_unscaled_gradients packed them already.
         packed = None if scaled else self._handed_out.take(grads)
+        if packed is not None and any(map(gradients_lib.overwrites,
+                                          var_list)):
+            packed = None  # Packed without the variables: see `pack`.
         if packed is None:
-            packed = gradients_lib.pack(grads)
+            packed = gradients_lib.pack(grads, var_list)
             if scaled:
                 packed = packed.unscaled(self._loss_scale())
         return self._step(packed, var_list, name, aggregate)
@@ -406,14 +432,23 @@ class LossScaleOptimizer(
         with tape:
             if callable(loss):
                 if not callable(var_list):
-                    tape.watch(var_list)
+                    # A Keras 3 variable is watched through its tf.Variable.
+                    tape.watch([
+                        v.value if isinstance(v, keras.Variable) else v
+                        for v in tf.nest.flatten(var_list)
+                    ])
                 loss = loss()
             scaled_loss = self.get_scaled_loss(loss)
         if callable(var_list):
             var_list = var_list()
         var_list = tf.nest.flatten(var_list)
         grads = tape.gradient(scaled_loss, var_list, output_gradients=grad_loss)
-        return list(zip(self.get_unscaled_gradients(grads), var_list))
+        unscaled = self.get_unscaled_gradients(grads)
+        if any(gradients_lib.overwrites(v) for v in var_list):
+            # New values, not gradients of the loss: as they came.
+            unscaled = [g if gradients_lib.overwrites(v) else u
+                        for g, u, v in zip(grads, unscaled, var_list)]
+        return list(zip(unscaled, var_list))
 
     def get_gradients(
         self, loss: tf.Tensor, params: Sequence[tf.Variable]
@@ -447,8 +482,9 @@ class LossScaleOptimizer(
 
         Returns:
             `{'inner_optimizer', 'dynamic', 'initial_scale',
-            'dynamic_growth_steps'}`. The current loss scale and counter are
-            state, not config: they live in checkpoints.
+            'dynamic_growth_steps'}`, plus `name` if one was passed and
+            tf_lso's own settings if set. The current loss scale and counter
+            are state, not config: they live in checkpoints.
         """
         settings = self._settings()
         return {
@@ -456,9 +492,13 @@ class LossScaleOptimizer(
             "dynamic": settings.dynamic,
             "initial_scale": settings.initial_scale,
             "dynamic_growth_steps": settings.growth_steps,
-            **optimizer_config.health_config(self.max_consecutive_skips,
-                                             self.print_overflows),
+            **self._optional_config(),
         }
+
+    def _optional_config(self):
+        return optimizer_config.optional_config(
+            self._given_name, self.max_consecutive_skips,
+            self.print_overflows)
 
     @classmethod
     def from_config(

@@ -12,33 +12,84 @@ from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import serialization
 from tf_lso._src import validation
 
-# The keys of TF 2.4's config, of TF <= 2.3's, and what Keras 3's
-# LossScaleOptimizer adds: its name, and (Keras 3.0 to 3.3) its own base
-# optimizer settings, which the inner optimizer's config holds for tf_lso.
+# The keys of TF 2.4's config and of TF <= 2.3's.
 TF24_KEYS = ("inner_optimizer", "dynamic", "initial_scale",
              "dynamic_growth_steps")
 TF23_KEYS = ("optimizer", "loss_scale")
-# tf_lso's own setting, in either format's config only when set.
-HEALTH_KEYS = ("max_consecutive_skips", "print_overflows")
-_IGNORED_KEYS = (
-    "name", "weight_decay", "clipnorm", "global_clipnorm", "clipvalue",
-    "use_ema", "ema_momentum", "ema_overwrite_frequency",
-    "loss_scale_factor", "gradient_accumulation_steps",
-)
+# Keys in either format's config only when set: Keras 3's `name`, and
+# tf_lso's own settings.
+OPTIONAL_KEYS = ("name", "max_consecutive_skips", "print_overflows")
+# Keras 3's base optimizer arguments, which belong to the inner optimizer,
+# with the values that Keras 3's LossScaleOptimizer still accepts (its
+# Keras 3.0-3.3 configs hold them).
+KERAS_BASE_DEFAULTS = {
+    "weight_decay": None,
+    "clipnorm": None,
+    "global_clipnorm": None,
+    "clipvalue": None,
+    "use_ema": False,
+    "ema_momentum": 0.99,
+    "ema_overwrite_frequency": None,
+    "loss_scale_factor": None,
+    "gradient_accumulation_steps": None,
+}
 
 
 def check_dynamic(dynamic):
     """Raises TF 2.4's TypeError unless `dynamic` is a bool.
 
     It catches TF 2.1-2.3 code that passes a loss scale as the second
-    argument of the TF 2.4 constructor.
+    argument of the TF 2.4 constructor, and Keras 3 code that passes its
+    initial scale there.
     """
     if not isinstance(dynamic, bool):
         raise TypeError(
             '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
             f"bool, but got: {dynamic!r}. To pass a loss scale as the "
             "second argument, use "
+            "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale); "
+            "to set the initial loss scale (Keras 3's second argument), pass "
+            "`initial_scale=` by keyword."
+        )
+
+
+def check_keras_keywords(kwargs, class_name="LossScaleOptimizer"):
+    """Raises Keras 3's ValueError for keywords a loss scale optimizer lacks.
+
+    Keras 3's base optimizer arguments are accepted at their defaults only
+    (`KERAS_BASE_DEFAULTS`); anything else is refused by name.
+
+    Args:
+        kwargs: The keywords beyond the constructor's own.
+        class_name: For messages.
+
+    Raises:
+        ValueError: For a base optimizer argument with another value (set
+            it on the inner optimizer), or an unknown keyword.
+    """
+    for name, default in KERAS_BASE_DEFAULTS.items():
+        if name not in kwargs:
+            continue
+        value = kwargs[name]
+        if (default is None and value is not None) or value != default:
+            raise ValueError(
+                f"{class_name} does not support `{name}`. Instead, set "
+                f"`{name}` on the `inner_optimizer`. Received: "
+                f"{name}={value!r}."
+            )
+    unknown = [k for k in kwargs if k not in KERAS_BASE_DEFAULTS]
+    if unknown:
+        hint = (
+            " To pass a TF 2.1-2.3 loss scale, use "
             "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)."
+            if "loss_scale" in unknown else
+            " Its arguments are inner_optimizer, dynamic, initial_scale, "
+            "dynamic_growth_steps, name, max_consecutive_skips and "
+            "print_overflows."
+        )
+        raise ValueError(
+            f"{class_name} does not support arguments: "
+            f"`{'`, `'.join(unknown)}`.{hint}"
         )
 
 
@@ -91,7 +142,10 @@ def loss_scale_from_settings(dynamic=True, initial_scale=None,
 
 
 def checked_config(config, class_name):
-    """A copy of `config` without ignored keys, after checking its keys.
+    """A copy of `config` after checking its keys.
+
+    Keras 3's base optimizer settings, which older Keras 3 configs hold, are
+    checked as the constructor checks them, and left out.
 
     Args:
         config: What `from_config` received.
@@ -99,8 +153,9 @@ def checked_config(config, class_name):
 
     Raises:
         TypeError: If `config` is not a dict or has keys that are neither
-            TF 2.4's nor TF <= 2.3's.
-        ValueError: If the optimizer key is missing.
+            TF 2.4's nor TF <= 2.3's (nor `OPTIONAL_KEYS`).
+        ValueError: If the optimizer key is missing, or for a base
+            optimizer setting that is not its default.
     """
     if not isinstance(config, dict):
         raise TypeError(
@@ -108,10 +163,13 @@ def checked_config(config, class_name):
             f"get_config(). Received: config={config!r} of type "
             f"{type(config).__name__}."
         )
-    config = {k: v for k, v in config.items() if k not in _IGNORED_KEYS}
+    check_keras_keywords(
+        {k: v for k, v in config.items() if k in KERAS_BASE_DEFAULTS},
+        class_name)
+    config = {k: v for k, v in config.items() if k not in KERAS_BASE_DEFAULTS}
     legacy = "loss_scale" in config or "optimizer" in config
     keys = TF23_KEYS if legacy else TF24_KEYS
-    unknown = sorted(set(config) - set(keys) - set(HEALTH_KEYS), key=str)
+    unknown = sorted(set(config) - set(keys) - set(OPTIONAL_KEYS), key=str)
     if unknown:
         raise TypeError(
             f"{class_name}.from_config() got unknown keys {unknown}. Received "
@@ -128,12 +186,17 @@ def checked_config(config, class_name):
     return config
 
 
-def health_config(max_consecutive_skips, print_overflows):
-    """The config entries of tf_lso's training-health settings that are set.
+def optional_config(name, max_consecutive_skips, print_overflows):
+    """The config entries beyond TF's that are set (`OPTIONAL_KEYS`).
 
     Unset ones are left out, so configs stay equal to TF's.
+
+    Args:
+        name: Keras 3's `name`, if one was passed (else None).
+        max_consecutive_skips: tf_lso's setting.
+        print_overflows: tf_lso's setting.
     """
-    config = {}
+    config = {} if name is None else {"name": name}
     if max_consecutive_skips is not None:
         config["max_consecutive_skips"] = max_consecutive_skips
     if print_overflows:
