@@ -56,6 +56,27 @@ def test_legacy_create_all_weights_hook():
         "SGD/iter:0", "SGD/w/momentum:0"]
 
 
+def test_legacy_aggregate_gradients_hook():
+    tf_keras = pytest.importorskip("tf_keras")
+    seen = []
+
+    class Transforming(tf_keras.optimizers.legacy.SGD):
+        def _transform_unaggregated_gradients(self, grads_and_vars):
+            seen.append("transform")
+            return [(g + 1.0, v) for g, v in grads_and_vars]
+
+    def aggregator(grads_and_vars):
+        seen.append("aggregate")
+        return [(g * 10.0, v) for g, v in grads_and_vars]
+
+    optimizer = Transforming(1.0, gradient_aggregator=aggregator)
+    var = tf.Variable(0.0)
+    [(grad, got_var)] = compat.legacy_aggregate_gradients(
+        optimizer, [(tf.constant(2.0), var)])
+    assert seen == ["transform", "aggregate"]
+    assert float(grad) == 30.0 and got_var is var
+
+
 def test_tf_dynamic_loss_scale_counter_hook():
     loss_scale = tf.compat.v1.mixed_precision.DynamicLossScale(4.0, 10)
     loss_scale.update([tf.constant(1.0)])

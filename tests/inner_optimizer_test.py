@@ -282,6 +282,27 @@ class TfKerasInnerTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(int(opt.iterations), 2)
         self.assertEqual(float(opt.loss_scale), 2.0)
 
+    @test_util.EAGER_AND_FUNCTION
+    def test_apply_gradients_override_without_name(self, use_tf_function):
+        # tf_keras's own wrapper passes no `name`, so overrides often take
+        # none; a name is passed on only when one was given.
+        class Logged(tf_keras.optimizers.SGD):
+            def apply_gradients(self, grads_and_vars,
+                                skip_gradients_aggregation=False):
+                self.calls = getattr(self, "calls", 0) + 1
+                return super().apply_gradients(
+                    grads_and_vars,
+                    skip_gradients_aggregation=skip_gradients_aggregation)
+
+        opt = tf_lso.LossScaleOptimizer(Logged(1.0), initial_scale=2)
+        var = tf.Variable(5.0)
+        step = test_util.maybe_function(
+            lambda: opt.apply_gradients([(tf.constant(1.0), var)]),
+            use_tf_function)
+        step()
+        self.assertEqual(float(var), 4.0)
+        self.assertGreater(opt.inner_optimizer.calls, 0)  # Per trace.
+
 
 if __name__ == "__main__":
     tf.test.main()

@@ -1168,6 +1168,52 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
             self.assertEqual(int(opt.iterations), int(ref.iterations))
 
 
+    @parameterized.named_parameters(
+        (f"{kind}_{mode}", kind, mode == "tf_function")
+        for kind in ("legacy", "tf_keras") for mode in ("eager", "tf_function")
+    )
+    def test_never_applies_what_the_aggregation_made_non_finite(
+        self, kind, use_tf_function
+    ):
+        # A finite gradient that the inner optimizer's own aggregation turns
+        # into an inf (here: summed in float16) is skipped, bit-equal to
+        # tf_keras's class, which checks after the aggregation.
+        tf_keras = test_util.tf_keras
+
+        def to_float16_times_4(grads_and_vars):
+            return [(tf.cast(tf.cast(g, tf.float16) * 4.0, g.dtype), v)
+                    for g, v in grads_and_vars]
+
+        if kind == "legacy":
+            def make_inner():
+                return tf_keras.optimizers.legacy.SGD(
+                    1.0, gradient_aggregator=to_float16_times_4)
+        else:
+            class Float16SumSGD(tf_keras.optimizers.SGD):
+                def aggregate_gradients(self, grads_and_vars):
+                    return to_float16_times_4(grads_and_vars)
+
+            def make_inner():
+                return Float16SumSGD(1.0)
+
+        runs = []
+        for make in (tf_keras.mixed_precision.LossScaleOptimizer,
+                     tf_lso.LossScaleOptimizer):
+            var = tf.Variable(1.0)
+            opt = make(make_inner(), initial_scale=4.0,
+                       dynamic_growth_steps=1)
+
+            def step(grad, opt=opt, var=var):
+                opt.apply_gradients([(grad, var)])
+
+            step = test_util.maybe_function(step, use_tf_function)
+            for grad in (30000.0, 1.0):  # Aggregated: inf, then 4.
+                step(tf.constant(grad))
+            runs.append((float(var.numpy()), float(opt.loss_scale),
+                         int(opt.iterations)))
+        self.assertEqual(runs[1], runs[0])
+        self.assertEqual(runs[1], (-3.0, 4.0, 2))
+
 
 def _v1_classes():
     """Both classes around a fresh tf_keras legacy SGD (OptimizerV2)."""

@@ -3,7 +3,8 @@
 `ApplyStep` is what `LossScaleOptimizer.apply_gradients` does once it has
 validated its arguments and packed the unscaled gradients:
 
-    sum over replicas  (only if the inner optimizer would clip per replica)
+    sum over replicas  as the inner optimizer would (its aggregator), so
+                       that the check sees what it applies
     check              the loss scale's update: one finite check, the new
                        scale and counter
     cond(apply, skip)  on every replica alike (`distribute`)
@@ -55,15 +56,9 @@ class ApplyStep(tf.Module):
         Returns:
             In a `tf.compat.v1` graph, the op that runs the step; else None.
         """
-        if (
-            aggregate
-            and not self._inner.aggregates_before_clipping
-            and distribute.replicas_in_sync() > 1
-        ):
-            # Sum over replicas before the inner optimizer clips, as TF 2.4
-            # did; the inner optimizer then applies without summing again.
-            packed = packed.all_reduced()
-            aggregate = False
+        if aggregate:
+            # The inner optimizer then applies without summing again.
+            packed, aggregate = self._inner.aggregated(packed, var_list)
         update_op, should_apply, checked = self._check(packed, var_list)
         names_id = self._overflow.names_id_for(var_list)
 

@@ -116,6 +116,20 @@ def legacy_create_all_weights(optimizer, var_list):
         optimizer._create_all_weights(var_list)
 
 
+def legacy_aggregate_gradients(optimizer, grads_and_vars):
+    """Sums gradients over replicas as a tf_keras legacy optimizer does.
+
+    Private hook: `tf_keras.optimizers.legacy.Optimizer.
+    _transform_unaggregated_gradients` and `_aggregate_gradients` (tf_keras
+    2.16 to 2.21; TF 2.2-2.15's OptimizerV2 had both), what its
+    `apply_gradients` runs before clipping, and what tf_keras's
+    LossScaleOptimizer runs before its finite check. The latter calls the
+    optimizer's `gradient_aggregator`.
+    """
+    grads_and_vars = optimizer._transform_unaggregated_gradients(grads_and_vars)
+    return optimizer._aggregate_gradients(grads_and_vars)
+
+
 def legacy_hyperparameter_names(optimizer):
     """The hyperparameter names of a tf_keras legacy optimizer.
 

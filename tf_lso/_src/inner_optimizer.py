@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tf_lso._src import compat
 from tf_lso._src import distribute
+from tf_lso._src import gradients as gradients_lib
 from tf_lso._src import keras_slots
 from tf_lso._src import tensor_like
 
@@ -34,10 +35,6 @@ class InnerOptimizer(typing.Protocol):
 
     #: The wrapped optimizer.
     optimizer: typing.Any
-    #: Whether `apply(..., aggregate=True)` sums gradients over replicas
-    #: before clipping them (TF 2.4's order). If not, the loss scale
-    #: optimizer sums them first and applies with `aggregate=False`.
-    aggregates_before_clipping: bool = True
 
     def build(self, var_list: list) -> None:
         """Creates the variables (slots) for `var_list`; idempotent."""
@@ -62,6 +59,22 @@ class InnerOptimizer(typing.Protocol):
                 f"there. Received: inner_optimizer={self.optimizer!r}. Use "
                 "a legacy optimizer, or train eagerly or in a tf.function."
             )
+
+    def aggregated(self, packed: gradients_lib.Packed,
+                   var_list: list) -> tuple[gradients_lib.Packed, bool]:
+        """Sums gradients over replicas as the optimizer's own apply would.
+
+        Called before the finite check, so that the check sees what the
+        optimizer applies (TF 2.5+'s order, and tf_keras's): a value that
+        the summing makes non-finite (a custom aggregator, a float16
+        all-reduce, a sum that overflows) skips the step.
+
+        Returns:
+            `(packed, aggregate)`: the gradients to check and to apply, and
+            whether `apply` must still sum them (only where that sum is the
+            identity: one replica).
+        """
+        raise NotImplementedError
 
     def apply(self, grads_and_vars: list, name: str | None,
               aggregate: bool) -> typing.Any:
@@ -196,13 +209,17 @@ class KerasInner(_Wrapper):
     before the optimizer is built are restored by `build`.
     """
 
-    # Keras 3 clips each replica's gradients before its all-reduce; TF 2.4
-    # clipped the sum.
-    aggregates_before_clipping = False
-
     def __init__(self, optimizer):
         super().__init__(optimizer)
         self._pending_slot_restores = []
+
+    def aggregated(self, packed, var_list):
+        del var_list  # `packed` knows the values that are not summed.
+        if distribute.replicas_in_sync() == 1:
+            return packed, True
+        # Keras 3 would clip each replica's gradients before its all-reduce;
+        # TF 2.4 clipped the sum, and so does this (one all-reduce for all).
+        return packed.all_reduced(), False
 
     def build(self, var_list):
         if not self.optimizer.built:
@@ -286,9 +303,16 @@ class TfKerasInner(_Wrapper):
     def check_variables(self, var_list):
         compat.tf_keras_check_variables_are_known(self.optimizer, var_list)
 
+    def aggregated(self, packed, var_list):
+        return _aggregated(self.optimizer.aggregate_gradients, packed,
+                           var_list), False
+
     def apply(self, grads_and_vars, name, aggregate):
+        # Only a name that was given: tf_keras's own wrapper passes none,
+        # and subclasses' apply_gradients overrides need not take one.
+        kwargs = {} if name is None else {"name": name}
         return self.optimizer.apply_gradients(
-            grads_and_vars, name=name, skip_gradients_aggregation=not aggregate
+            grads_and_vars, skip_gradients_aggregation=not aggregate, **kwargs
         )
 
     def serialize(self):
@@ -306,6 +330,12 @@ class TfKerasLegacyInner(_Wrapper):
 
     def check_graph(self):
         pass  # OptimizerV2 runs in tf.compat.v1 graphs too.
+
+    def aggregated(self, packed, var_list):
+        return _aggregated(
+            lambda pairs: compat.legacy_aggregate_gradients(self.optimizer,
+                                                            pairs),
+            packed, var_list), False
 
     def apply(self, grads_and_vars, name, aggregate):
         return self.optimizer.apply_gradients(
@@ -339,6 +369,20 @@ class TfKerasLegacyInner(_Wrapper):
 
     def serialize(self):
         return compat.tf_keras_module().optimizers.serialize(self.optimizer)
+
+
+def _aggregated(aggregate, packed, var_list):
+    """`aggregate` (a tf_keras optimizer's) applied to `packed`, repacked.
+
+    As tf_keras's own loss scale optimizer does, `aggregate` sees only the
+    pairs that have a gradient.
+    """
+    grads = packed.unpack()
+    present = [i for i, g in enumerate(grads) if g is not None]
+    summed = aggregate([(grads[i], var_list[i]) for i in present])
+    for i, (grad, _) in zip(present, summed):
+        grads[i] = grad
+    return gradients_lib.pack(grads, var_list)
 
 
 def _is_loss_scale_optimizer(optimizer):
