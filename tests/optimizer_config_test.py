@@ -76,3 +76,33 @@ def test_keras3_inner_config_is_unchanged():
     config = keras.optimizers.serialize(keras.optimizers.SGD(
         keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)))
     assert optimizer_config.upgrade_tf2_inner_config(config) == config
+
+
+@pytest.mark.parametrize("kind", ["legacy", "tf_keras"])
+@pytest.mark.parametrize("how", ["deserialize", "from_config", "scope"])
+def test_custom_tf_keras_inner_optimizer(kind, how):
+    # Keras hands custom objects over through `custom_object_scope`
+    # (`keras.optimizers.deserialize`, `load_model`), not as an argument.
+    import tf_lso
+    from test_util import tf_keras
+
+    base = (tf_keras.optimizers.legacy.SGD if kind == "legacy"
+            else tf_keras.optimizers.SGD)
+
+    class CustomSGD(base):
+        pass
+
+    config = keras.optimizers.serialize(
+        tf_lso.LossScaleOptimizer(CustomSGD(0.5), initial_scale=4))
+    custom = {"CustomSGD": CustomSGD}
+    if how == "deserialize":
+        restored = keras.optimizers.deserialize(config, custom_objects=custom)
+    elif how == "from_config":
+        restored = tf_lso.LossScaleOptimizer.from_config(
+            config["config"], custom_objects=custom)
+    else:
+        with keras.saving.custom_object_scope(custom):
+            restored = keras.optimizers.deserialize(config)
+    assert type(restored.inner_optimizer) is CustomSGD
+    assert float(restored.learning_rate) == 0.5
+    assert restored.initial_scale == 4.0

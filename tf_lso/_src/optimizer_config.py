@@ -314,6 +314,22 @@ def _is_tf_keras_config(config):
     )
 
 
+def _with_keras_custom_objects(config, custom_objects):
+    """`custom_objects` plus Keras 3's custom object for `config`'s class.
+
+    Keras 3 hands custom objects over in a `custom_object_scope` (as
+    `keras.optimizers.deserialize` and `load_model` do) or registers them;
+    tf_keras does not look there, so the class is passed on by name.
+    """
+    custom_objects = dict(custom_objects or {})
+    for name in (config.get("registered_name"), config.get("class_name")):
+        if isinstance(name, str) and name not in custom_objects:
+            found = keras.saving.get_registered_object(name)
+            if found is not None:
+                custom_objects[name] = found
+    return custom_objects
+
+
 def deserialize_inner_optimizer(config, custom_objects=None):
     """Creates an optimizer from a serialized inner optimizer.
 
@@ -338,7 +354,8 @@ def deserialize_inner_optimizer(config, custom_objects=None):
     if _is_tf_keras_config(config):
         tf_keras = importlib.import_module("tf_keras")
         return tf_keras.optimizers.deserialize(
-            config, custom_objects=custom_objects
+            config, custom_objects=_with_keras_custom_objects(config,
+                                                              custom_objects)
         )
     return keras.optimizers.deserialize(
         upgrade_tf2_inner_config(config, custom_objects),
