@@ -76,6 +76,32 @@ class AggregationTest(tf.test.TestCase, parameterized.TestCase):
         kind=["keras", "tf_keras", "tf_keras_legacy"],
         use_tf_function=[False, True],
     )
+    def test_a_sum_that_overflows_is_skipped(self, kind, use_tf_function):
+        # Each replica's gradient is finite; their sum over replicas, which
+        # is what the inner optimizer would apply, is not.
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var = tf.Variable(1.0)
+            opt = tf_lso.LossScaleOptimizer(_inner(kind, 1.0), initial_scale=4)
+
+        def step(grad):
+            # The same value on each replica, computed there.
+            grad += tf.cast(test_util.replica_id(), tf.float32) * 0.0
+            opt.apply_gradients([(grad, var)])
+
+        run = test_util.maybe_function(
+            lambda g: strategy.run(step, args=(g,)), use_tf_function)
+        run(tf.constant(3e38))
+        self.assertEqual(test_util.local_values(strategy, var), [1.0, 1.0])
+        self.assertEqual(float(opt.loss_scale), 2.0)
+        self.assertEqual(test_util.num(opt.skipped_steps), 1)
+        run(tf.constant(0.25))
+        self.assertEqual(test_util.local_values(strategy, var), [0.5, 0.5])
+
+    @parameterized.product(
+        kind=["keras", "tf_keras", "tf_keras_legacy"],
+        use_tf_function=[False, True],
+    )
     def test_inner_apply_gradients_gets_plain_tensors(self, kind,
                                                       use_tf_function):
         # TF's testApplyGradientsGetsUnwrappedTensors: an inner optimizer
