@@ -146,6 +146,29 @@ class MaxConsecutiveSkipsTest(tf.test.TestCase, parameterized.TestCase):
                          tf_lso.Overflow(6, 2, ("b:0", "c:0"), 4))
         self.assertEqual(test_util.num(opt.iterations), 7)
 
+    def test_function_error_reads_as_the_eager_one(self):
+        # One sentence with the numbers and names in it, not a list of
+        # bracketed values after the text.
+        messages = []
+        for use_tf_function in (False, True):
+            variables = _variables()
+            opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
+                                            max_consecutive_skips=1)
+            step = test_util.maybe_function(
+                lambda g, opt=opt, v=variables: opt.apply_gradients(
+                    zip(g, v)), use_tf_function)
+            step(_grads(bad="ac"))
+            with self.assertRaises(Exception) as raised:
+                step(_grads(bad="ac"))
+            messages.append(str(raised.exception))
+        eager, function = messages
+        self.assertStartsWith(
+            eager, "2 steps in a row were skipped for non-finite gradients "
+            "(more than max_consecutive_skips=1): training cannot make "
+            "progress. At step 1, 2 gradient(s) were not finite, for: a:0, "
+            "c:0. Usual remedies:")
+        self.assertIn(f"assertion failed: [{eager}]", function)
+
     @parameterized.parameters(0, 2.5, -1)
     def test_invalid_values(self, value):
         with self.assertRaisesRegex(ValueError, "max_consecutive_skips"):

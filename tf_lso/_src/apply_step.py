@@ -59,7 +59,12 @@ class ApplyStep(tf.Module):
         if aggregate:
             # The inner optimizer then applies without summing again.
             packed, aggregate = self._inner.aggregated(packed, var_list)
-        update_op, should_apply, checked = self._check(packed, var_list)
+        # Read before the update (the overflow record wants the scale a
+        # skipped step was taken with); in a tf.compat.v1 graph, nothing
+        # else would order the read first.
+        scale = self._loss_scale()
+        with tf.control_dependencies([scale]):
+            update_op, should_apply, checked = self._check(packed, var_list)
         names_id = self._overflow.names_id_for(var_list)
 
         def apply_fn(values, aux, var_list):
@@ -70,12 +75,13 @@ class ApplyStep(tf.Module):
             return self._inner.apply(list(zip(grads, var_list)), name,
                                      aggregate)
 
-        def skip_fn(values):
+        def skip_fn(values, scale):
             # Only skipped steps pay for finding the offending variables.
             nonfinite = distribute.sum_over_replicas(
                 checked.nonfinite_per_gradient, values)
             consecutive = self._overflow.record(
-                nonfinite, self._inner.iterations, names_id)
+                nonfinite, self._inner.iterations, names_id,
+                distribute.first_replica(scale))
             self._inner.skip_step()
             self.skipped_steps.assign_add(1)
             self._overflow.report(names_id)
@@ -87,7 +93,7 @@ class ApplyStep(tf.Module):
         step_op = distribute.cond_on_all_replicas(
             should_apply, apply_fn, skip_fn,
             args=(packed.values, packed.aux, var_list),
-            false_args=(checked.values,),
+            false_args=(checked.values, scale),
         )
         if v1_graph:
             return distribute.grouped((update_op, step_op))

@@ -25,7 +25,10 @@ class LossScaleMonitor(keras.callbacks.Callback):
     variables.
 
     It warns once (UserWarning) when steps are still being skipped with the
-    loss scale at its floor of 1: lowering the scale cannot help then.
+    loss scale at its floor of 1: lowering the scale cannot help then. (A
+    step skipped at a higher scale that halves it to 1 does not count.)
+
+    Every value works under a distribution strategy too.
 
     Args:
         update_freq: `"epoch"` (default), or an int N to also log every N
@@ -72,7 +75,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         self.max_consecutive_skips = max_consecutive_skips
         self.stop_reason = None
         self._warned_floor = False
-        self._skipped_at_last_log = 0
+        self._floor_skips_at_last_log = 0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         """Checks that the model's optimizer is a tf_lso optimizer."""
@@ -87,10 +90,10 @@ class LossScaleMonitor(keras.callbacks.Callback):
 
     def _log(self, logs):
         optimizer = self.model.optimizer
-        scale = float(optimizer.loss_scale)
-        skipped = int(optimizer.skipped_steps)
-        if (optimizer.dynamic and scale <= 1.0 and not self._warned_floor
-                and skipped > self._skipped_at_last_log):
+        record = optimizer._overflow
+        floor_skips = training_health.host_int(record.floor_skips)
+        if (optimizer.dynamic and not self._warned_floor
+                and floor_skips > self._floor_skips_at_last_log):
             self._warned_floor = True
             warnings.warn(
                 "The loss scale is at its floor of 1 and steps are still "
@@ -100,12 +103,13 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 + training_health.REMEDIES,
                 stacklevel=2,
             )
-        self._skipped_at_last_log = skipped
+        self._floor_skips_at_last_log = floor_skips
         if logs is None:
             return
-        logs["loss_scale"] = scale
-        logs["skipped_steps"] = skipped
-        logs["last_overflow_count"] = int(optimizer._overflow.count.numpy())
+        logs["loss_scale"] = float(optimizer.loss_scale)
+        logs["skipped_steps"] = training_health.host_int(
+            optimizer.skipped_steps)
+        logs["last_overflow_count"] = training_health.host_int(record.count)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         """Logs every `update_freq` batches; checks for a stuck run."""
@@ -117,20 +121,15 @@ class LossScaleMonitor(keras.callbacks.Callback):
     def _check_stuck(self):
         optimizer = self.model.optimizer
         record = optimizer._overflow
-        consecutive = int(record.consecutive.numpy())
+        consecutive = training_health.host_int(record.consecutive)
         if consecutive <= self.max_consecutive_skips:
             return
         # Still the current run of skips: nothing since the last one.
-        if int(record.step.numpy()) + 1 < int(optimizer.iterations.numpy()):
+        if (training_health.host_int(record.step) + 1
+                < training_health.host_int(optimizer.iterations)):
             return
-        overflow = optimizer.last_overflow
-        self.stop_reason = (
-            f"Stopping training: {consecutive} steps in a row were skipped "
-            "for non-finite gradients (more than max_consecutive_skips="
-            f"{self.max_consecutive_skips}). At step {overflow.step}, "
-            f"{overflow.count} gradient(s) were not finite, for: "
-            f"{', '.join(overflow.variables)}. {training_health.REMEDIES}"
-        )
+        self.stop_reason = "Stopping training: " + record.stuck_message(
+            self.max_consecutive_skips, optimizer.last_overflow)
         print(self.stop_reason)
         self.model.stop_training = True
 

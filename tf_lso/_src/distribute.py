@@ -97,6 +97,18 @@ def sum_over_replicas(fn, *args):
     return fn(*args)
 
 
+def first_replica(value):
+    """The first replica's copy of `value` in a cross-replica context.
+
+    For values that every replica computes alike (the loss scale), passed
+    to `false_fn` in `cond_on_all_replicas`; elsewhere `value` itself.
+    """
+    if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
+        return tf.distribute.get_strategy().experimental_local_results(
+            value)[0]
+    return value
+
+
 def in_v1_graph():
     """Whether ops are being added to a `tf.compat.v1` graph (a Session's).
 

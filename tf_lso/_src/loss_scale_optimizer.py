@@ -168,7 +168,9 @@ class LossScaleOptimizer(
 
         Counts the steps skipped since this optimizer was created (it is not
         saved in checkpoints, whose layout stays TF 2.4's). A tf_lso
-        addition: neither TF nor Keras 3 report skipped steps.
+        addition: neither TF nor Keras 3 report skipped steps. Under a
+        distribution strategy it is a `MirroredVariable`: read it with
+        `int(opt.skipped_steps.numpy())`.
         """
         return self._step.skipped_steps
 

@@ -45,6 +45,42 @@ def variable_name(variable):
     return getattr(variable, "path", None) or variable.name
 
 
+def host_int(variable):
+    """A scalar variable's value as a Python int, eagerly.
+
+    Under a distribution strategy too, where `int()` of a `MirroredVariable`
+    is a TypeError: `.numpy()` reads every kind of variable (the local copy,
+    which every replica keeps equal).
+    """
+    return int(variable.numpy())
+
+
+def stuck_message(limit, consecutive, step, count, names, join=None):
+    """Why a run of skipped steps stops training: one sentence and remedies.
+
+    The values may be Python values, or tensors inside a `tf.function`,
+    where `join` (`tf.strings.join`) builds the message as a string tensor.
+
+    Args:
+        limit: The `max_consecutive_skips` that was exceeded.
+        consecutive: How many steps in a row were skipped.
+        step: The last skipped step.
+        count: How many gradients were not finite at that step.
+        names: The (up to 8) names of their variables, joined by ", ".
+        join: None for a Python string; else `tf.strings.join`.
+    """
+    parts = [
+        consecutive, " steps in a row were skipped for non-finite gradients "
+        f"(more than max_consecutive_skips={limit}): training cannot make "
+        "progress. At step ", step, ", ", count, " gradient(s) were not "
+        "finite, for: ", names, f". {REMEDIES}",
+    ]
+    if join is None:
+        return "".join(str(part) for part in parts)
+    return join([part if isinstance(part, str) or part.dtype == tf.string
+                 else tf.strings.as_string(part) for part in parts])
+
+
 class OverflowRecord(tf.Module):
     """The on-device record of skipped steps, and the stuck-run guard.
 
@@ -73,6 +109,9 @@ class OverflowRecord(tf.Module):
         self.indices = state([-1] * MAX_NAMED, tf.int64, "overflow_variables")
         self.names_id = state(-1, tf.int64, "overflow_names_id")
         self.consecutive = state(0, tf.int64, "consecutive_skips")
+        # Steps skipped with the loss scale already at its floor of 1 (or
+        # below), where backing off cannot help (`LossScaleMonitor`).
+        self.floor_skips = state(0, tf.int64, "floor_skips")
         # One tuple of variable names per distinct `apply_gradients` list;
         # a record stores which one its indices refer to.
         self._names = []
@@ -84,7 +123,7 @@ class OverflowRecord(tf.Module):
             self._names.append(names)
         return self._names.index(names)
 
-    def record(self, nonfinite, step, names_id):
+    def record(self, nonfinite, step, names_id, scale):
         """Records a skipped step. Called in the skip branch only.
 
         Args:
@@ -92,10 +131,13 @@ class OverflowRecord(tf.Module):
                 gradient (on any replica) was not finite.
             step: The int64 step being skipped.
             names_id: `names_id_for(var_list)`.
+            scale: The loss scale the step was taken with (before it backed
+                off).
 
         Returns:
             The int64 number of steps skipped in a row, this one included.
         """
+        self.floor_skips.assign_add(tf.cast(scale <= 1.0, tf.int64))
         flags = tf.cast(nonfinite > 0, tf.int32)
         padded = tf.concat([flags, tf.zeros([MAX_NAMED], tf.int32)], 0)
         order = tf.argsort(-padded, stable=True)[:MAX_NAMED]
@@ -141,32 +183,24 @@ class OverflowRecord(tf.Module):
             return
         if tf.executing_eagerly():
             if int(consecutive) > limit:
-                raise RuntimeError(self._stuck_message(self.last()))
+                raise RuntimeError(self.stuck_message(limit, self.last()))
             return
         if compat.in_xla_context():
             return
         names = tf.constant(self._names[names_id])
-        named = self.indices >= 0
-        offending = tf.gather(names, tf.boolean_mask(self.indices, named))
-        message = (
-            f"More than max_consecutive_skips={limit} steps in a row were "
-            "skipped for non-finite gradients: training cannot make progress. "
-            f"{REMEDIES} Below: the steps skipped in a row, how many "
-            "gradients were not finite at the last one, and (up to 8 of) "
-            "their variables:"
-        )
-        tf.debugging.Assert(consecutive <= limit,
-                            [message, consecutive, self.count, offending],
-                            summarize=MAX_NAMED)
+        offending = tf.gather(
+            names, tf.boolean_mask(self.indices, self.indices >= 0))
+        message = stuck_message(
+            limit, consecutive, self.step, self.count,
+            tf.strings.reduce_join(offending, separator=", "),
+            join=tf.strings.join)
+        tf.debugging.Assert(consecutive <= limit, [message])
 
-    def _stuck_message(self, overflow):
-        return (
-            f"{overflow.consecutive_skips} steps in a row were skipped for "
-            "non-finite gradients (more than max_consecutive_skips="
-            f"{self.max_consecutive_skips}): training cannot make progress. "
-            f"At step {overflow.step}, {overflow.count} gradient(s) were not "
-            f"finite, for: {', '.join(overflow.variables)}. {REMEDIES}"
-        )
+    @staticmethod
+    def stuck_message(limit, overflow):
+        """`stuck_message` for an `Overflow` (the record read eagerly)."""
+        return stuck_message(limit, overflow.consecutive_skips, overflow.step,
+                             overflow.count, ", ".join(overflow.variables))
 
     def last(self):
         """The last skipped step as an `Overflow`, or None. Eager only.
