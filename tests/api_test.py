@@ -23,7 +23,9 @@ PUBLIC = {
     "tf_lso.callbacks": {"LossScaleMonitor"},
     "tf_lso.experimental": {
         "DynamicLossScale", "FixedLossScale", "LossScale",
-        "LossScaleOptimizer", "Policy", "deserialize", "get",
+        "LossScaleOptimizer", "Policy", "deserialize",
+        "disable_mixed_precision_graph_rewrite",
+        "enable_mixed_precision_graph_rewrite", "get",
         "get_layer_policy", "global_policy", "serialize", "set_policy",
     },
 }

@@ -53,7 +53,9 @@ def test_names_resolve_to_tf_lso():
             "DynamicLossScale")]
         + [f"tf.{m}.experimental.{n}" for m in ("mixed_precision", "train")
            for n in ("LossScale", "FixedLossScale", "DynamicLossScale")]
-        + ["tf.keras.mixed_precision.LossScaleOptimizer"])
+        + ["tf.keras.mixed_precision.LossScaleOptimizer"]
+        + [f"tf.train.experimental.{f}_mixed_precision_graph_rewrite"
+           for f in ("enable", "disable")])
 
 
 def test_import_statements_of_old_scripts_work():

@@ -26,7 +26,7 @@ def test_every_pattern_in_the_tf23_snippet():
         (14, 1, "optimizer-v2-subclass"),
         (22, 14, "decayed-lr"),
         (28, 11, "legacy-name"),  # tf.keras...experimental.LossScaleOptimizer
-        (30, 1, "graph-rewrite"),
+        (30, 1, "legacy-name"),  # tf.train...graph_rewrite
         (37, 12, "dtype-name"),
         (42, 58, "aggregate-gradients"),
         (46, 1, "run-v2"),
@@ -100,6 +100,11 @@ def test_tf24_import_of_the_keras3_name():
     ("from tensorflow.compat.v1.train.experimental import "
      "enable_mixed_precision_graph_rewrite\n",
      [(1, 1, "graph-rewrite")]),
+    # tf_lso's own graph rewrite is what the warning recommends.
+    ("import tf_lso\n"
+     "opt = tf_lso.experimental.enable_mixed_precision_graph_rewrite(opt)\n"
+     "from tf_lso.experimental import enable_mixed_precision_graph_rewrite\n",
+     []),
 ])
 def test_snippets(source, expected):
     assert _found(migration_check.check_source(source)) == expected

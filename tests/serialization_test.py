@@ -4,6 +4,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from tf_lso import experimental
+from tf_lso._src import serialization
 
 
 class SerializationTest(tf.test.TestCase, parameterized.TestCase):
@@ -69,6 +70,34 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
     def test_get_errors(self, identifier, error, message):
         with self.assertRaisesRegex(error, message):
             experimental.get(identifier)
+
+
+class TensorFlowConversionTest(tf.test.TestCase):
+    """tf_lso's loss scales as TF's deprecated ones, and back."""
+
+    def test_to_tensorflow_copies_settings_and_state(self):
+        ours = experimental.DynamicLossScale(8.0, 3, multiplier=4.0)
+        ours.update([tf.constant(float("inf"))])  # Scale 2, counter 0.
+        ours.update([tf.constant(1.0)])  # Counter 1.
+        theirs = serialization.to_tensorflow_loss_scale(ours)
+        self.assertIsInstance(theirs,
+                              tf.compat.v1.mixed_precision.DynamicLossScale)
+        self.assertEqual((theirs.initial_loss_scale, theirs.increment_period,
+                          theirs.multiplier), (8.0, 3, 4.0))
+        self.assertEqual(float(theirs()), 2.0)
+        back = serialization.from_tensorflow_loss_scale(theirs)
+        self.assertEqual(back.get_config(), ours.get_config())
+        self.assertEqual(int(back.good_steps), 1)
+        fixed = serialization.to_tensorflow_loss_scale(
+            experimental.FixedLossScale(32))
+        self.assertIsInstance(fixed,
+                              tf.compat.v1.mixed_precision.FixedLossScale)
+        self.assertEqual(float(fixed()), 32.0)
+
+    def test_to_tensorflow_leaves_other_identifiers(self):
+        for identifier in ("dynamic", 12, None):
+            self.assertIs(serialization.to_tensorflow_loss_scale(identifier),
+                          identifier)
 
 
 if __name__ == "__main__":

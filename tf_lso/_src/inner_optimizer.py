@@ -385,7 +385,14 @@ def _aggregated(aggregate, packed, var_list):
     return gradients_lib.pack(grads, var_list)
 
 
-def _is_loss_scale_optimizer(optimizer):
+def is_supported(optimizer) -> bool:
+    """Whether `optimizer` is of a kind a loss scale optimizer can wrap."""
+    return (not is_loss_scale_optimizer(optimizer)
+            and _kind(optimizer) is not None)
+
+
+def is_loss_scale_optimizer(optimizer) -> bool:
+    """Whether `optimizer` is a Keras 3 or tf_keras loss scale optimizer."""
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return True
     tf_keras = compat.tf_keras_module()
@@ -411,7 +418,7 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
         ValueError: If it scales the loss itself (Keras 3's
             `loss_scale_factor`), or another loss scale optimizer wraps it.
     """
-    if _is_loss_scale_optimizer(optimizer):
+    if is_loss_scale_optimizer(optimizer):
         raise TypeError(
             "LossScaleOptimizer cannot wrap another LossScaleOptimizer, but "
             f"got: {optimizer!r}. Wrap its inner optimizer instead (e.g. "

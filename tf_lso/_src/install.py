@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tf_lso._src import compile_hook
 from tf_lso._src import experimental_loss_scale_optimizer as v1
+from tf_lso._src import graph_rewrite
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import loss_scale_optimizer as v2
 from tf_lso._src import policy as policy_lib
@@ -36,6 +37,16 @@ _KERAS_EXPERIMENTAL = {
     "global_policy": policy_lib.global_policy,
     "get_layer_policy": policy_lib.get_layer_policy,
     **_LOSS_SCALES,
+}
+
+# TF 2.1-2.3's graph rewrite (tf.train.experimental; TF 2.16+ keeps only
+# the tf.compat.v1 names, for TF1 optimizers). tf_lso's takes Keras
+# optimizers and hands TF1 ones to TensorFlow's.
+_GRAPH_REWRITE = {
+    "enable_mixed_precision_graph_rewrite":
+        graph_rewrite.enable_mixed_precision_graph_rewrite,
+    "disable_mixed_precision_graph_rewrite":
+        graph_rewrite.disable_mixed_precision_graph_rewrite,
 }
 
 _MISSING = object()
@@ -82,6 +93,7 @@ def installed_names() -> list[str]:
     names += [f"tf.mixed_precision.experimental.{n}" for n in _LOSS_SCALES]
     names += [f"tf.train.experimental.{n}" for n in _LOSS_SCALES]
     names.append("tf.keras.mixed_precision.LossScaleOptimizer")
+    names += [f"tf.train.experimental.{n}" for n in _GRAPH_REWRITE]
     return names
 
 
@@ -95,7 +107,9 @@ def install() -> None:
     FixedLossScale, DynamicLossScale}`, `tf.train.experimental.{LossScale,
     FixedLossScale, DynamicLossScale}`, and
     `tf.keras.mixed_precision.LossScaleOptimizer` with TF 2.4's signature
-    (still a Keras 3 `LossScaleOptimizer`). `from
+    (still a Keras 3 `LossScaleOptimizer`), and
+    `tf.train.experimental.{enable, disable}_mixed_precision_graph_rewrite`
+    (Keras optimizers; TF1 ones go to TensorFlow's own). `from
     tensorflow.keras.mixed_precision import experimental` works too.
     `model.compile` under a `'mixed_float16'` policy then wraps the optimizer
     in `tf_lso.LossScaleOptimizer` instead of Keras 3's class.
@@ -126,7 +140,7 @@ def install() -> None:
     _set(tf_mp, "experimental", tf_mp_experimental)
     _register("tensorflow.mixed_precision.experimental", tf_mp_experimental)
 
-    for name, value in _LOSS_SCALES.items():
+    for name, value in {**_LOSS_SCALES, **_GRAPH_REWRITE}.items():
         _set(tf.train.experimental, name, value)
 
     compile_hook.enable(wrap_mixed_float16=True)

@@ -83,6 +83,10 @@ def imported_names(tree):
     return names
 
 
+def _is_ours(name):
+    return name == "tf_lso" or name.startswith("tf_lso.")
+
+
 def dotted(node, names):
     """The canonical dotted name an expression spells, and its base's, or None.
 
@@ -144,7 +148,7 @@ class _Visitor(ast.NodeVisitor):
         if new is not None:
             self.report(node, "legacy-name", _legacy_message(name, new),
                         fixable=True)
-        elif name.endswith("." + _GRAPH_REWRITE):
+        elif name.endswith("." + _GRAPH_REWRITE) and not _is_ours(name):
             self._graph_rewrite(node)
 
     def visit_Assign(self, node):
@@ -160,7 +164,7 @@ class _Visitor(ast.NodeVisitor):
         if self._legacy(node):
             return
         found = dotted(node, self.names)
-        if node.attr == _GRAPH_REWRITE:
+        if node.attr == _GRAPH_REWRITE and not (found and _is_ours(found[0])):
             self._graph_rewrite(node)
         elif node.attr == "experimental_run_v2":
             self.report(node, "run-v2", "`experimental_run_v2` was removed; "
@@ -191,11 +195,11 @@ class _Visitor(ast.NodeVisitor):
             self._legacy(node)
 
     def _graph_rewrite(self, node):
-        self.report(node, "graph-rewrite", "tf_lso does not provide "
-                    f"`{_GRAPH_REWRITE}` (a graph rewrite for TF1-style "
-                    "optimizers): set `tf.keras.mixed_precision."
-                    "set_global_policy('mixed_float16')` and wrap the "
-                    "optimizer in `tf_lso.LossScaleOptimizer`.")
+        self.report(node, "graph-rewrite", f"TensorFlow's `{_GRAPH_REWRITE}` "
+                    "takes TF1 optimizers (`tf.compat.v1.train.Optimizer`) "
+                    "only; with a Keras optimizer it raises ValueError. "
+                    f"`tf_lso.experimental.{_GRAPH_REWRITE}` takes both (TF1 "
+                    "ones go to TensorFlow's).")
 
     def visit_Call(self, node):
         func = node.func

@@ -13,6 +13,8 @@ SEVERITIES = ("info", "warning", "error")
 _LOSS_SCALES = ("LossScale", "FixedLossScale", "DynamicLossScale")
 _SERIALIZATION = ("get", "serialize", "deserialize")
 _POLICY = ("Policy", "set_policy", "global_policy", "get_layer_policy")
+_GRAPH_REWRITE = ("enable_mixed_precision_graph_rewrite",
+                  "disable_mixed_precision_graph_rewrite")
 
 # Legacy modules that tf_lso replaces as a whole.
 LEGACY_MODULES = {
@@ -31,7 +33,7 @@ LEGACY_NAMES = {
     **_names("tf.keras.mixed_precision.experimental",
              ("LossScaleOptimizer",) + _POLICY + _LOSS_SCALES + _SERIALIZATION),
     **_names("tf.mixed_precision.experimental", _LOSS_SCALES + _SERIALIZATION),
-    **_names("tf.train.experimental", _LOSS_SCALES),
+    **_names("tf.train.experimental", _LOSS_SCALES + _GRAPH_REWRITE),
     # TF 2.4's class: on TF 2.16+ the name is Keras 3's, with another API.
     "tf.keras.mixed_precision.LossScaleOptimizer": "tf_lso.LossScaleOptimizer",
     # TF 2.x's private modules, which some code imported from.
@@ -88,9 +90,9 @@ RULES = {rule.id: rule for rule in (
          "a TF 2.1-2.4 mixed-precision name that TensorFlow 2.16+ no longer "
          "has (or, for `tf.keras.mixed_precision.LossScaleOptimizer`, has "
          "with Keras 3's different API); `--fix` rewrites it to tf_lso's"),
-    Rule("graph-rewrite", "error", _OTHER,
-         "`enable_mixed_precision_graph_rewrite`, which tf_lso does not "
-         "provide"),
+    Rule("graph-rewrite", "warning", _OTHER,
+         "`tf.compat.v1`'s `enable_mixed_precision_graph_rewrite`, which "
+         "TensorFlow 2.16+ keeps for TF1 optimizers only"),
     Rule("run-v2", "error", _OTHER,
          "`strategy.experimental_run_v2`, removed in TensorFlow 2.16"),
     Rule("decayed-lr", "error", _OTHER,

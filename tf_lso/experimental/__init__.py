@@ -3,6 +3,8 @@
 from tf_lso._src.experimental_loss_scale_optimizer import (
     LossScaleOptimizerV1 as LossScaleOptimizer,
 )
+from tf_lso._src.graph_rewrite import disable_mixed_precision_graph_rewrite
+from tf_lso._src.graph_rewrite import enable_mixed_precision_graph_rewrite
 from tf_lso._src.loss_scale import DynamicLossScale
 from tf_lso._src.loss_scale import FixedLossScale
 from tf_lso._src.loss_scale import LossScale
@@ -21,6 +23,8 @@ __all__ = (
     "LossScaleOptimizer",
     "Policy",
     "deserialize",
+    "disable_mixed_precision_graph_rewrite",
+    "enable_mixed_precision_graph_rewrite",
     "get",
     "get_layer_policy",
     "global_policy",
