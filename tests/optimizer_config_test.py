@@ -5,8 +5,11 @@ import copy
 import keras
 import pytest
 
+import tf_lso
 from tf_lso._src import loss_scale as loss_scale_lib
 from tf_lso._src import optimizer_config
+
+import test_util
 
 
 def test_upgrade_tf2_3_config():
@@ -83,9 +86,7 @@ def test_keras3_inner_config_is_unchanged():
 def test_custom_tf_keras_inner_optimizer(kind, how):
     # Keras hands custom objects over through `custom_object_scope`
     # (`keras.optimizers.deserialize`, `load_model`), not as an argument.
-    import tf_lso
-    from test_util import tf_keras
-
+    tf_keras = test_util.tf_keras
     base = (tf_keras.optimizers.legacy.SGD if kind == "legacy"
             else tf_keras.optimizers.SGD)
 
