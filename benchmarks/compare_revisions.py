@@ -1,6 +1,7 @@
 """Step time of this tree's tf_lso against another git revision's, side by side.
 
     .venv/bin/python benchmarks/compare_revisions.py REV [--rounds N]
+        [--inner keras|legacy]
 
 Exports `tf_lso/` of REV (any git revision) into a temporary directory as a
 package named `tf_lso_rev` and times, in this one process with interleaved
@@ -8,7 +9,8 @@ rounds, the same TF 2.x-protocol training step (get_scaled_loss,
 get_unscaled_gradients, apply_gradients of SGD with momentum, in a
 tf.function) with both versions. Reports median step times and their ratio
 (this tree / REV) per model. The loss scale never overflows, so this is the
-finite path: what almost every real step runs.
+finite path: what almost every real step runs. `--inner legacy` wraps a
+tf_keras legacy SGD (OptimizerV2) instead of Keras 3's.
 """
 
 import argparse
@@ -62,12 +64,21 @@ def _mlp(layers, width, batch=64):
     return init, loss
 
 
-def _step(module, init, loss):
+def _sgd(inner):
+    if inner == "legacy":
+        import tf_keras
+
+        return tf_keras.optimizers.legacy.SGD(0.01, momentum=0.9)
     import keras
+
+    return keras.optimizers.SGD(0.01, momentum=0.9)
+
+
+def _step(module, init, loss, inner):
     import tensorflow as tf
 
     variables = [tf.Variable(a, dtype=tf.float32) for a in init]
-    opt = module.LossScaleOptimizer(keras.optimizers.SGD(0.01, momentum=0.9))
+    opt = module.LossScaleOptimizer(_sgd(inner))
 
     @tf.function
     def step():
@@ -95,6 +106,8 @@ def main(argv=None):
     parser.add_argument("revision")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--round-seconds", type=float, default=0.4)
+    parser.add_argument("--inner", choices=("keras", "legacy"),
+                        default="keras")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as directory:
         export_revision(args.revision, directory)
@@ -107,8 +120,8 @@ def main(argv=None):
         print("|---|---|---|---|")
         for name, (layers, width) in MODELS.items():
             init, loss = _mlp(layers, width)
-            steps = {"rev": _step(tf_lso_rev, init, loss),
-                     "tree": _step(tf_lso, init, loss)}
+            steps = {"rev": _step(tf_lso_rev, init, loss, args.inner),
+                     "tree": _step(tf_lso, init, loss, args.inner)}
             times = {key: [] for key in steps}
             for _ in range(args.rounds):
                 for key, step in steps.items():
