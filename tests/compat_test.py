@@ -83,12 +83,6 @@ def test_tf_dynamic_loss_scale_counter_hook():
     assert int(compat.tf_dynamic_loss_scale_counter(loss_scale)) == 1
 
 
-def test_tf_dynamic_loss_scale_current_hook():
-    loss_scale = tf.compat.v1.mixed_precision.DynamicLossScale(4.0, 10)
-    compat.tf_dynamic_loss_scale_current(loss_scale).assign(16.0)
-    assert float(loss_scale()) == 16.0
-
-
 def test_tf_keras_module_only_when_imported():
     assert compat.tf_keras_module() is sys.modules.get("tf_keras")
 

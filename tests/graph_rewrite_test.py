@@ -99,12 +99,14 @@ def test_non_optimizer_is_tfs_value_error(value):
     tf_lso.experimental.DynamicLossScale(64, 10),
 ])
 def test_tf1_optimizers_go_to_tensorflow(loss_scale):
-    # tf_lso's loss scales are handed over as TF's own (same settings).
+    # TensorFlow takes tf_lso's loss scales as its own (loss_scale_test.py).
     opt = enable(tf.compat.v1.train.GradientDescentOptimizer(1.0), loss_scale)
     assert isinstance(
         opt, tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer)
     assert float(opt._loss_scale()) == (
         32768.0 if loss_scale == "dynamic" else 64.0)
+    if isinstance(loss_scale, tf_lso.experimental.LossScale):
+        assert opt._loss_scale is loss_scale
     assert _pass_enabled()
 
 

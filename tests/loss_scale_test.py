@@ -1,5 +1,7 @@
 """Tests for tf_lso._src.loss_scale: LossScale, FixedLossScale, DynamicLossScale."""
 
+import contextlib
+
 import hypothesis
 import numpy as np
 import tensorflow as tf
@@ -442,6 +444,54 @@ class LossScaleTest(tf.test.TestCase):
         loss_scale.update([])
         self.assertEqual(float(loss_scale * 1), 32.0)
         self.assertIsInstance(HalvingLossScale.from_config({}), HalvingLossScale)
+
+
+class TensorFlowOptimizerTest(tf.test.TestCase, parameterized.TestCase):
+    """tf_lso's loss scales in TensorFlow's own TF1-style loss scale optimizer.
+
+    `tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer` (TF1
+    optimizers, as NVIDIA's Mask R-CNN uses it) takes them as TF's own: they
+    are registered as virtual subclasses of TF's deprecated classes.
+    """
+
+    def test_are_tensorflows_loss_scales(self):
+        tf_classes = tf.compat.v1.mixed_precision
+        self.assertIsInstance(DynamicLossScale(), tf_classes.DynamicLossScale)
+        self.assertIsInstance(FixedLossScale(2), tf_classes.FixedLossScale)
+        self.assertIsInstance(FixedLossScale(2), tf_classes.LossScale)
+        self.assertNotIsInstance(FixedLossScale(2), tf_classes.DynamicLossScale)
+
+    @parameterized.parameters("eager", "graph")
+    def test_dynamic_scale_skips_in_tensorflows_optimizer(self, mode):
+        with (tf.Graph().as_default() if mode == "graph"
+              else contextlib.nullcontext()):
+            loss_scale = DynamicLossScale(8.0, 2)
+            var = tf.Variable(1.0)
+            opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+                tf.compat.v1.train.GradientDescentOptimizer(1.0), loss_scale)
+            self.assertIs(opt._loss_scale, loss_scale)  # Not converted.
+            steps = [lambda: var * 2.0, lambda: var * float("inf")]
+            if mode == "eager":
+                for loss in steps:
+                    opt.minimize(loss, var_list=[var])
+                values = float(var.numpy()), float(loss_scale())
+            else:
+                ops = [opt.minimize(loss()) for loss in steps]
+                with tf.compat.v1.Session() as session:
+                    session.run(tf.compat.v1.global_variables_initializer())
+                    for op in ops:
+                        session.run(op)
+                    values = session.run((var, loss_scale()))
+        self.assertEqual(tuple(map(float, values)), (-1.0, 4.0))
+
+    def test_fixed_scale_in_tensorflows_optimizer(self):
+        var = tf.Variable(1.0)
+        check = test_util.create_identity_with_grad_check_fn(4.0)
+        opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(1.0),
+            FixedLossScale(4))
+        opt.minimize(lambda: check(var), var_list=[var])
+        self.assertEqual(float(var.numpy()), 0.0)
 
 
 if __name__ == "__main__":

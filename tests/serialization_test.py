@@ -73,31 +73,22 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class TensorFlowConversionTest(tf.test.TestCase):
-    """tf_lso's loss scales as TF's deprecated ones, and back."""
+    """TF's deprecated loss scales as tf_lso's (and tf_lso's are not TF's)."""
 
-    def test_to_tensorflow_copies_settings_and_state(self):
-        ours = experimental.DynamicLossScale(8.0, 3, multiplier=4.0)
-        ours.update([tf.constant(float("inf"))])  # Scale 2, counter 0.
-        ours.update([tf.constant(1.0)])  # Counter 1.
-        theirs = serialization.to_tensorflow_loss_scale(ours)
-        self.assertIsInstance(theirs,
-                              tf.compat.v1.mixed_precision.DynamicLossScale)
-        self.assertEqual((theirs.initial_loss_scale, theirs.increment_period,
-                          theirs.multiplier), (8.0, 3, 4.0))
-        self.assertEqual(float(theirs()), 2.0)
-        back = serialization.from_tensorflow_loss_scale(theirs)
-        self.assertEqual(back.get_config(), ours.get_config())
-        self.assertEqual(int(back.good_steps), 1)
-        fixed = serialization.to_tensorflow_loss_scale(
-            experimental.FixedLossScale(32))
-        self.assertIsInstance(fixed,
-                              tf.compat.v1.mixed_precision.FixedLossScale)
-        self.assertEqual(float(fixed()), 32.0)
-
-    def test_to_tensorflow_leaves_other_identifiers(self):
-        for identifier in ("dynamic", 12, None):
-            self.assertIs(serialization.to_tensorflow_loss_scale(identifier),
-                          identifier)
+    def test_tf_loss_scales_convert_ours_stay(self):
+        theirs = tf.compat.v1.mixed_precision.DynamicLossScale(8.0, 3, 4.0)
+        theirs.update([tf.constant(float("inf"))])  # Scale 2, counter 0.
+        theirs.update([tf.constant(1.0)])  # Counter 1.
+        ours = experimental.get(theirs)
+        self.assertIsInstance(ours, experimental.DynamicLossScale)
+        self.assertEqual(ours.get_config(), {"initial_loss_scale": 8.0,
+                                             "increment_period": 3,
+                                             "multiplier": 4.0})
+        self.assertEqual((float(ours()), int(ours.good_steps)), (2.0, 1))
+        # tf_lso's own, although TF's classes count them as theirs, are
+        # used as they are.
+        self.assertFalse(serialization.is_tensorflow_loss_scale(ours))
+        self.assertIs(experimental.get(ours), ours)
 
 
 if __name__ == "__main__":

@@ -150,16 +150,6 @@ def tf_dynamic_loss_scale_counter(loss_scale):
     return loss_scale._num_good_steps
 
 
-def tf_dynamic_loss_scale_current(loss_scale):
-    """The current-scale variable of TF's deprecated `DynamicLossScale`.
-
-    Private hook: `_current_loss_scale` of
-    `tf.compat.v1.mixed_precision.DynamicLossScale` (TF 2.0 to 2.21); calling
-    the loss scale reads it, but TF has no public way to assign it.
-    """
-    return loss_scale._current_loss_scale
-
-
 def init_dtype_policy_without_dtypes(policy, name):
     """Sets up a Keras 3 `DTypePolicy` with no dtypes (TF 2.x's `'_infer'`).
 

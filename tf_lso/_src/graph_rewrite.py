@@ -20,7 +20,6 @@ import tensorflow as tf
 from tf_lso._src import compat
 from tf_lso._src import experimental_loss_scale_optimizer as v1
 from tf_lso._src import inner_optimizer as inner_lib
-from tf_lso._src import serialization
 
 # TensorFlow's own function (TF1-style optimizers), as it was at import:
 # `tf_lso.install()` puts `enable_mixed_precision_graph_rewrite` in its place.
@@ -41,7 +40,7 @@ def enable_mixed_precision_graph_rewrite(
     float32 ops to float16 on NVIDIA GPUs only: on CPUs (and TPUs) the graph
     is left as it is, and the loss scale optimizer works as usual. A
     TF1-style optimizer (`tf.compat.v1.train.Optimizer`) goes to
-    TensorFlow's own function, with tf_lso's loss scales converted to TF's.
+    TensorFlow's own function, which takes tf_lso's loss scales as its own.
 
     Args:
         opt: A Keras 3, tf_keras or tf_keras legacy optimizer, or a
@@ -58,8 +57,7 @@ def enable_mixed_precision_graph_rewrite(
             wrapped by one already, or if it is not an optimizer.
     """
     if isinstance(opt, tf.compat.v1.train.Optimizer):
-        return _TF_ENABLE(opt, serialization.to_tensorflow_loss_scale(
-            loss_scale))
+        return _TF_ENABLE(opt, loss_scale)
     _check_no_mixed_policy()
     if inner_lib.is_loss_scale_optimizer(opt):
         raise ValueError(

@@ -418,6 +418,17 @@ class DynamicLossScale(LossScale):
         )
 
 
+# TensorFlow's TF1-style `MixedPrecisionLossScaleOptimizer` (and so its
+# `enable_mixed_precision_graph_rewrite`) takes only its own deprecated loss
+# scales, and skips steps only for a `DynamicLossScale` of its own. The
+# interfaces are the same (`__call__`, `update`), so tf_lso's classes are
+# registered as virtual subclasses of TF's (public ABCs): TF1-style code
+# keeps working with them, and nothing changes for TF's own objects.
+tf.compat.v1.mixed_precision.LossScale.register(LossScale)
+tf.compat.v1.mixed_precision.FixedLossScale.register(FixedLossScale)
+tf.compat.v1.mixed_precision.DynamicLossScale.register(DynamicLossScale)
+
+
 def _corrupt_scale_message(value):
     return (
         f"The loss scale is {value}, which is not finite, so every step "

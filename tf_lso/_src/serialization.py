@@ -1,7 +1,7 @@
 """`get`, `serialize` and `deserialize` for loss scales.
 
 Also converts TensorFlow's own deprecated `tf.compat.v1.mixed_precision` loss
-scale objects into tf_lso ones, and back.
+scale objects into tf_lso ones.
 """
 
 from __future__ import annotations
@@ -151,8 +151,12 @@ def interpret(
 
 
 def is_tensorflow_loss_scale(value: Any) -> bool:
-    """True for TF's deprecated `tf.compat.v1.mixed_precision.LossScale`s."""
-    return isinstance(value, tf.compat.v1.mixed_precision.LossScale)
+    """True for TF's deprecated `tf.compat.v1.mixed_precision.LossScale`s.
+
+    Not for tf_lso's, which are registered as their virtual subclasses.
+    """
+    return isinstance(value, tf.compat.v1.mixed_precision.LossScale) and (
+        not isinstance(value, loss_scale_lib.LossScale))
 
 
 def from_tensorflow_loss_scale(value: Any) -> loss_scale_lib.LossScale:
@@ -187,28 +191,3 @@ def from_tensorflow_loss_scale(value: Any) -> loss_scale_lib.LossScale:
         "tf_lso.experimental.LossScale instead."
     )
 
-
-def to_tensorflow_loss_scale(value: Any) -> Any:
-    """Converts a tf_lso loss scale into one of TF's deprecated ones.
-
-    For TensorFlow's own TF1-style `MixedPrecisionLossScaleOptimizer`, which
-    accepts only those. Configuration, current scale and counter are copied;
-    from then on the two objects are independent. Anything else is returned
-    as it is, for TensorFlow to interpret.
-
-    Args:
-        value: A loss scale identifier.
-
-    Returns:
-        A `tf.compat.v1.mixed_precision.FixedLossScale` or `DynamicLossScale`
-        for tf_lso's `FixedLossScale` or `DynamicLossScale`; else `value`.
-    """
-    if isinstance(value, loss_scale_lib.FixedLossScale):
-        return tf.compat.v1.mixed_precision.FixedLossScale(float(value()))
-    if not isinstance(value, loss_scale_lib.DynamicLossScale):
-        return value
-    converted = tf.compat.v1.mixed_precision.DynamicLossScale(
-        value.initial_loss_scale, value.increment_period, value.multiplier)
-    compat.tf_dynamic_loss_scale_current(converted).assign(value())
-    compat.tf_dynamic_loss_scale_counter(converted).assign(value.good_steps)
-    return converted
