@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tf_lso._src import migration_fix
+from tf_lso._migration import fix as migration_fix
 
 LEGACY = pathlib.Path(__file__).parents[1] / "examples" / "legacy"
 

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.migration_check and `python -m tf_lso check`."""
+"""Tests for tf_lso._migration.check and `python -m tf_lso check`."""
 
 import json
 import pathlib
@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from tf_lso import __main__ as cli
-from tf_lso._src import migration_check
+from tf_lso._migration import check as migration_check
 
 SNIPPETS = pathlib.Path(__file__).parent / "migration_snippets"
 

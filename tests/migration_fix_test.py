@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.migration_fix and `python -m tf_lso check --fix`."""
+"""Tests for tf_lso._migration.fix and `python -m tf_lso check --fix`."""
 
 import builtins
 import os
@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from tf_lso import __main__ as cli
-from tf_lso._src import migration_check
-from tf_lso._src import migration_fix
+from tf_lso._migration import check as migration_check
+from tf_lso._migration import fix as migration_fix
 
 SNIPPETS = pathlib.Path(__file__).parent / "migration_snippets"
 

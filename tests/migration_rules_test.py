@@ -1,12 +1,12 @@
-"""Tests for tf_lso._src.migration_rules."""
+"""Tests for tf_lso._migration.rules."""
 
 import doctest
 import pathlib
 import re
 
 import tf_lso
+from tf_lso._migration import rules
 from tf_lso._src import install as install_lib
-from tf_lso._src import migration_rules as rules
 
 MIGRATION = pathlib.Path(__file__).parents[1] / "docs" / "migration.md"
 

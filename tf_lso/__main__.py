@@ -11,12 +11,11 @@ diff, `--fix --write` applies it. See docs/migration.md.
 """
 
 import argparse
-import json
 import os
 import runpy
 import sys
 
-from tf_lso._src import migration_rules
+from tf_lso._migration import report
 
 
 def main(argv=None):
@@ -65,49 +64,14 @@ def main(argv=None):
     return 0
 
 
-def format_text(findings, files):
-    """Human-readable report: one line a finding, then a summary."""
-    lines = [
-        f"{f.location()}: {f.severity} {f.rule}: {f.message} See {f.doc}"
-        for f in findings
-    ]
-    counts = {s: sum(f.severity == s for f in findings)
-              for s in migration_rules.SEVERITIES}
-    fixable = sum(f.fixable for f in findings)
-    lines.append(
-        f"{files} file{'s' * (files != 1)} checked: {counts['error']} "
-        f"error(s), {counts['warning']} warning(s), {counts['info']} info; "
-        f"{fixable} fixable with --fix."
-    )
-    return "\n".join(lines)
-
-
-def format_json(findings, files):
-    """The report as JSON (for CI)."""
-    return json.dumps({
-        "files": files,
-        "findings": [f.to_json() for f in findings],
-        "counts": {s: sum(f.severity == s for f in findings)
-                   for s in migration_rules.SEVERITIES},
-    }, indent=2)
-
-
-def fails(findings, threshold):
-    """Whether any finding is at or above severity `threshold` ('never': no)."""
-    if threshold == "never":
-        return False
-    level = migration_rules.SEVERITIES.index(threshold)
-    return any(migration_rules.SEVERITIES.index(f.severity) >= level for f in findings)
-
-
 def _check(args):
-    from tf_lso._src import migration_check
+    from tf_lso._migration import check
 
     if args.fix:
-        from tf_lso._src import migration_fix
+        from tf_lso._migration import fix
 
         try:
-            diff, changed, skipped = migration_fix.fix_files(
+            diff, changed, skipped = fix.fix_files(
                 args.paths, write=args.write)
         except ImportError as e:
             print(e, file=sys.stderr)
@@ -120,11 +84,11 @@ def _check(args):
         print(f"{verb} {len(changed)} file(s){hint}", file=sys.stderr)
         return 1 if skipped and any(
             not reason.startswith("notebooks") for _, reason in skipped) else 0
-    files = list(migration_check.python_files(args.paths))
-    findings = [f for path in files for f in migration_check.check_file(path)]
-    report = format_json if args.format == "json" else format_text
-    print(report(findings, len(files)))
-    return 1 if fails(findings, args.fail_on) else 0
+    files = list(check.python_files(args.paths))
+    findings = [f for path in files for f in check.check_file(path)]
+    write = report.json_report if args.format == "json" else report.text
+    print(write(findings, len(files)))
+    return 1 if report.fails(findings, args.fail_on) else 0
 
 
 if __name__ == "__main__":

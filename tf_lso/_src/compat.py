@@ -172,13 +172,18 @@ def init_dtype_policy_without_dtypes(policy, name):
 # TensorFlow's checkpointing calls them on the object itself.
 
 
-def _trackable_base():
-    import tensorflow as tf
+def __getattr__(name):
+    """`Trackable`: TensorFlow's base of checkpointable objects.
 
-    return tf.__internal__.tracking.Trackable
+    `tf.__internal__.tracking.Trackable` (TF 2.16-2.21), looked up when first
+    used, so that importing this module (the version check) needs no
+    TensorFlow.
+    """
+    if name == "Trackable":
+        import tensorflow as tf
 
-
-Trackable = _trackable_base()
+        return tf.__internal__.tracking.Trackable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def trackable_children(obj, save_type, **kwargs):

@@ -10,8 +10,8 @@ import ast
 import difflib
 import pathlib
 
-from tf_lso._src import migration_check
-from tf_lso._src import migration_rules as rules
+from tf_lso._migration import check
+from tf_lso._migration import rules
 
 
 def _libcst():
@@ -189,7 +189,7 @@ def fix_source(source):
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
         raise SyntaxError(str(e)) from e
-    names = migration_check.imported_names(ast.parse(source))
+    names = check.imported_names(ast.parse(source))
     transformer = _transformer(cst, names)
     module = module.visit(transformer)
     if transformer.needs_tf_lso and not transformer.has_tf_lso:
@@ -209,7 +209,7 @@ def fix_files(paths, write=False):
         for files that were skipped).
     """
     diffs, changed, skipped = [], [], []
-    for path in migration_check.python_files(paths):
+    for path in check.python_files(paths):
         if path.suffix == ".ipynb":
             skipped.append((str(path), "notebooks are checked, not rewritten"))
             continue

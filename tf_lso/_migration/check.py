@@ -1,7 +1,7 @@
 """`python -m tf_lso check`: find legacy mixed-precision code, file by file.
 
 Standard library only (`ast`, `json`), so it needs no optional extra. Each
-finding names a rule of `migration_rules.RULES`, with its severity and the
+finding names a rule of `rules.RULES`, with its severity and the
 section of docs/migration.md that explains it.
 """
 
@@ -12,7 +12,7 @@ import os
 import pathlib
 import re
 
-from tf_lso._src import migration_rules as rules
+from tf_lso._migration import rules
 
 _OPTIMIZER_V2_HOOKS = frozenset({
     "_resource_apply_dense", "_resource_apply_sparse", "_create_slots",
@@ -33,7 +33,7 @@ class Finding:
         path: The file, as given or found under a given directory.
         line: 1-based line (in the cell, for notebooks).
         column: 1-based column.
-        rule: The rule id (`migration_rules.RULES`).
+        rule: The rule id (`rules.RULES`).
         message: What was found and what to do.
         cell: The notebook cell index (0-based), or None for a .py file.
         fixable: Whether `--fix` rewrites it.

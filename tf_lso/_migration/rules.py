@@ -1,7 +1,7 @@
 """What `python -m tf_lso check` looks for, and where the docs explain it.
 
-Shared by the checker (`migration_check.py`, standard library `ast`) and the
-fixer (`migration_fix.py`, LibCST): the legacy names and what they become,
+Shared by the checker (`check.py`, standard library `ast`) and the
+fixer (`fix.py`, LibCST): the legacy names and what they become,
 how an imported dotted name is spelled canonically, and the rules.
 """
 

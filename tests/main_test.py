@@ -1,0 +1,92 @@
+"""`python -m tf_lso` without TensorFlow, or next to an old TensorFlow.
+
+The checker only parses code, so it runs where linters run: a lint-only CI
+job or a pre-commit hook with no TensorFlow, and the code base's own
+environment with TensorFlow 2.4-2.15 still installed. The runtime, imported
+there, says what to install. Each case runs in a fresh interpreter in which
+TensorFlow, Keras and tf_keras cannot be imported (or are an old fake).
+"""
+
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+ROOT = pathlib.Path(__file__).parents[1]
+LEGACY = "import tensorflow as tf\ntf.train.experimental.DynamicLossScale()\n"
+
+# Makes `import tensorflow` (keras, tf_keras) fail, as on a machine without.
+_BLOCK = textwrap.dedent("""\
+    import sys
+
+    class _NotInstalled:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("tensorflow", "keras", "tf_keras"):
+                raise ModuleNotFoundError(f"No module named {name!r}",
+                                          name=name)
+            return None
+
+    sys.meta_path.insert(0, _NotInstalled())
+""")
+
+
+def _python(code, tmp_path, extra_path=None):
+    path = [str(ROOT)] + ([str(extra_path)] if extra_path else [])
+    code = f"import sys; sys.path[:0] = {path!r}\n" + code
+    return subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+
+
+def _cli(args):
+    return textwrap.dedent(f"""\
+        import runpy
+        sys.argv = ["tf_lso"] + {args!r}
+        try:
+            runpy.run_module("tf_lso", run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            print("exit", e.code)
+        print("tensorflow imported:", "tensorflow" in sys.modules)
+    """)
+
+
+def test_check_and_fix_run_without_tensorflow(tmp_path):
+    (tmp_path / "train.py").write_text(LEGACY)
+    done = _python(_BLOCK + _cli(["check", "train.py"]), tmp_path)
+    assert "error legacy-name" in done.stdout, done.stderr
+    assert done.stdout.endswith("exit 1\ntensorflow imported: False\n")
+    done = _python(_BLOCK + _cli(["check", "--fix", "--write", "train.py"]),
+                   tmp_path)
+    assert "exit 0" in done.stdout, done.stderr
+    assert "tf_lso.experimental.DynamicLossScale()" in (
+        tmp_path / "train.py").read_text()
+
+
+def test_runtime_without_tensorflow_says_what_to_install(tmp_path):
+    for use in ("import tf_lso; tf_lso.LossScaleOptimizer",
+                "from tf_lso import LossScaleOptimizer",
+                "import tf_lso.experimental",
+                "import tf_lso; tf_lso.install()"):
+        done = _python(_BLOCK + use, tmp_path)
+        assert done.returncode == 1, use
+        assert done.stderr.strip().splitlines()[-1].startswith(
+            "ImportError: tf_lso requires TensorFlow, which could not be "
+            "imported"), (use, done.stderr[-500:])
+        assert "pip install 'tf_lso[tensorflow]'" in done.stderr
+    done = _python(_BLOCK + "import tf_lso; print(tf_lso.__version__)",
+                   tmp_path)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+
+
+def test_check_next_to_an_old_tensorflow(tmp_path):
+    # The audit starts in the code base's own environment.
+    fake = tmp_path / "site"
+    (fake / "tensorflow").mkdir(parents=True)
+    (fake / "tensorflow" / "__init__.py").write_text('__version__ = "2.4.1"\n')
+    (tmp_path / "train.py").write_text(LEGACY)
+    done = _python(_cli(["check", "train.py"]), tmp_path, extra_path=fake)
+    assert "error legacy-name" in done.stdout, done.stderr
+    assert "exit 1" in done.stdout
+    done = _python("import tf_lso; tf_lso.LossScaleOptimizer", tmp_path,
+                   extra_path=fake)
+    assert ("tf_lso requires TensorFlow >= 2.16, but found TensorFlow 2.4.1"
+            in done.stderr), done.stderr[-500:]
