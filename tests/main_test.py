@@ -90,3 +90,16 @@ def test_check_next_to_an_old_tensorflow(tmp_path):
                    extra_path=fake)
     assert ("tf_lso requires TensorFlow >= 2.16, but found TensorFlow 2.4.1"
             in done.stderr), done.stderr[-500:]
+
+
+def test_importing_tf_lso_registers_its_classes_with_keras(tmp_path):
+    # With TensorFlow there, `import tf_lso` is enough for Keras to find
+    # tf_lso's classes by their registered names (`.keras` files, configs).
+    done = _python(textwrap.dedent("""\
+        import keras
+        import tf_lso
+        for name in ("LossScaleOptimizer", "LossScaleOptimizerV1"):
+            assert keras.saving.get_registered_object(f"tf_lso>{name}"), name
+        print("registered")
+    """), tmp_path)
+    assert done.stdout == "registered\n", done.stderr[-1000:]

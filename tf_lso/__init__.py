@@ -1,8 +1,10 @@
 """tf_lso: TensorFlow's legacy mixed-precision loss scaling API, on Keras 3.
 
-The public names are imported when first used: `python -m tf_lso check`
-needs neither TensorFlow nor Keras, and the first use of the runtime checks
-their versions (an ImportError that says what to install).
+With TensorFlow 2.16+ and Keras 3.8+ installed, importing tf_lso imports its
+runtime, so Keras finds tf_lso's classes by name (`.keras` files, configs).
+Without them (or next to an older TensorFlow) `import tf_lso` still works,
+for `python -m tf_lso check`, and the first use of a runtime name raises an
+ImportError that says what to install.
 """
 
 import importlib
@@ -50,3 +52,15 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
+
+
+def _import_runtime_if_usable():
+    try:
+        importlib.import_module("tf_lso._src")  # Checks the versions.
+    except ImportError:
+        return  # Raised again, with what to install, on first use.
+    for name in __all__:
+        __getattr__(name)
+
+
+_import_runtime_if_usable()
