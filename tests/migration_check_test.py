@@ -92,11 +92,14 @@ def test_tf24_import_of_the_keras3_name():
      [(1, 1, "legacy-name"), (3, 8, "skipped-step-iterations")]),
     # `self._optimizer` inside a class is the class's own business.
     ("class A:\n    def f(self):\n        return self._optimizer\n", []),
-    ("pattern = 'kernel:0'; time = '10:00'; text = 'ratio 1:0'\n",
-     [(1, 11, "variable-name-suffix")]),
-    ("names = ['dense_1:0', 'w1:0', '%s:0' % name, r'.*/bias:0']\n",
-     [(1, 10, "variable-name-suffix"), (1, 23, "variable-name-suffix"),
-      (1, 31, "variable-name-suffix"), (1, 46, "variable-name-suffix")]),
+    # (Only in a regex or a comparison with a name: see test_real_code.)
+    ("import re\n"
+     "re.search('kernel:0', v.name); re.match('10:00', v.name)\n"
+     "re.fullmatch('ratio 1:0', v.name)\n",
+     [(2, 11, "variable-name-suffix")]),
+    ("if v.name in ['dense_1:0', 'w1:0', '%s:0' % name, r'.*/bias:0']: pass\n",
+     [(1, 15, "variable-name-suffix"), (1, 28, "variable-name-suffix"),
+      (1, 36, "variable-name-suffix"), (1, 51, "variable-name-suffix")]),
     ("from tensorflow.compat.v1.train.experimental import "
      "enable_mixed_precision_graph_rewrite\n",
      [(1, 1, "graph-rewrite")]),
@@ -195,7 +198,7 @@ def test_cli_text_report_and_exit_status(tmp_path, capsys):
 @pytest.mark.parametrize("fail_on, status", [
     ("info", 1), ("warning", 1), ("error", 0), ("never", 0)])
 def test_cli_fail_on_threshold(tmp_path, fail_on, status):
-    path = _write(tmp_path, "x = 'dense/kernel:0'\n")  # A warning only.
+    path = _write(tmp_path, "x = v.name == 'dense/kernel:0'\n")  # A warning.
     assert cli.main(["check", str(path), "--fail-on", fail_on]) == status
 
 
@@ -231,3 +234,96 @@ def test_cli_usage_errors(capsys):
         cli.main(["check", "x.py", "--write"])
     assert e.value.code == 2
     assert "--write needs --fix" in capsys.readouterr().err
+
+
+# -- What real code bases showed (issue 32) --------------------------------
+
+@pytest.mark.parametrize("source, expected", [
+    # A private TF 2.x module imported whole is legacy where it is imported.
+    ("from tensorflow.python.keras.mixed_precision.experimental import "
+     "loss_scale_optimizer as lso\n"
+     "opt = lso.LossScaleOptimizer(opt, 'dynamic')\n",
+     [(1, 1, "legacy-name")]),
+    # A variable name in a regex or compared with a name ...
+    ("import re\nre.search('kernel:0', v.name)\n",
+     [(2, 11, "variable-name-suffix")]),
+    ("if v.name == 'dense/bias:0' or 'w:0' in v.name: pass\n",
+     [(1, 14, "variable-name-suffix"), (1, 32, "variable-name-suffix")]),
+    ("ok = v.name.endswith('kernel:0')\n",
+     [(1, 22, "variable-name-suffix")]),
+    # ... but not device strings, graph tensor names, or any other string.
+    ("import tensorflow as tf\n"
+     "with tf.device('/gpu:0'): pass\n"
+     "s = tf.distribute.OneDeviceStrategy('device:GPU:0')\n"
+     "t = graph.get_tensor_by_name('Identity:0')\n"
+     "if d.name == '/job:worker/replica:0/task:0/device:CPU:0': pass\n"
+     "label = 'dense/kernel:0'\n",
+     []),
+    # Behaviour belongs to the class, whatever the spelling (after --fix).
+    ("import tf_lso\n"
+     "opt = tf_lso.experimental.LossScaleOptimizer(opt, 'dynamic')\n"
+     "step = opt.iterations\n",
+     [(3, 8, "skipped-step-iterations")]),
+    ("from tf_lso import experimental\n"
+     "experimental.Policy('mixed_float16', loss_scale=128)\n",
+     [(2, 1, "policy-loss-scale")]),
+    # OptimizerV2 hooks that come from a mixin in the same file
+    # (tensorflow/addons' AdamW).
+    ("import tensorflow as tf\n"
+     "class DecoupledWeightDecayExtension:\n"
+     "    def _resource_apply_dense(self, grad, var): pass\n"
+     "class Extended(DecoupledWeightDecayExtension):\n"
+     "    pass\n"
+     "class AdamW(Extended, tf.keras.optimizers.Adam):\n"
+     "    pass\n",
+     [(6, 1, "optimizer-v2-subclass")]),
+])
+def test_real_code_cases(source, expected):
+    assert _found(migration_check.check_source(source)) == expected
+
+
+def test_a_name_tf_lso_does_not_provide_is_not_fixable():
+    findings = migration_check.check_source(
+        "import tensorflow as tf\n"
+        "x = tf.keras.mixed_precision.experimental.LossScaleGradientTape\n"
+        "from tensorflow.keras.mixed_precision import experimental as mp\n"
+        "mp.Policy('float32'); mp.Bogus()\n")
+    assert _found(findings) == [(2, 5, "legacy-name"), (3, 1, "legacy-name"),
+                                (4, 23, "legacy-name")]
+    assert [f.fixable for f in findings] == [False, False, False]
+    assert "tf_lso does not provide" in findings[0].message
+    assert "`tf.keras.mixed_precision.experimental.Bogus`" in (
+        findings[2].message)
+
+
+def test_info_is_one_note_per_file_and_rule():
+    findings = migration_check.check_source(
+        "a = opt.loss_scale()\nb = opt.loss_scale()\nc = opt.loss_scale()\n")
+    assert _found(findings) == [(1, 5, "loss-scale-call")]
+    assert findings[0].message.endswith(" (Also at lines 2, 3.)")
+
+
+@pytest.mark.parametrize("data, line", [
+    (b"# -*- coding: latin-1 -*-\nimport tensorflow as tf\n"
+     b"x = tf.train.experimental.FixedLossScale(8)  # \xe9\n", 3),
+    (b"\xef\xbb\xbfimport tensorflow as tf\r\n"
+     b"x = tf.train.experimental.FixedLossScale(8)\r\n", 2),
+])
+def test_files_are_read_as_python_reads_them(tmp_path, data, line):
+    # A PEP 263 coding line, a UTF-8 byte order mark, CRLF line ends.
+    path = tmp_path / "encoded.py"
+    path.write_bytes(data)
+    assert _found(migration_check.check_file(path)) == [
+        (line, 5, "legacy-name")]
+
+
+def test_suppression_comments():
+    findings = migration_check.check_source(
+        "import tensorflow as tf\n"
+        "a = tf.train.experimental.FixedLossScale(8)  # tf-lso: ignore\n"
+        "b = opt.loss_scale()  # tf-lso: ignore[loss-scale-call]\n"
+        "c = tf.train.experimental.FixedLossScale(8)  "
+        "# tf-lso: ignore[loss-scale-call]\n"
+        "d = opt.learning_rate(3)  # tf-lso: ignore[legacy-name, "
+        "schedule-call]\n")
+    assert _found(findings) == [(4, 5, "legacy-name")]

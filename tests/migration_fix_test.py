@@ -23,9 +23,11 @@ def _fix(source):
 def test_tf23_snippet_changes_only_the_legacy_names():
     source = (SNIPPETS / "tf23_patterns.py").read_text()
     expected = source.replace(
+        "import tensorflow as tf\n", "import tensorflow as tf\nimport tf_lso\n",
+    ).replace(
         "from tensorflow.python.training.experimental.loss_scale import "
         "FixedLossScale\n",
-        "from tf_lso.experimental import FixedLossScale\nimport tf_lso\n",
+        "from tf_lso.experimental import FixedLossScale\n",
     ).replace(
         "mixed_precision.experimental.Policy(", "tf_lso.experimental.Policy(",
     ).replace(
@@ -76,7 +78,8 @@ def test_tf23_snippet_changes_only_the_legacy_names():
          LossScaleOptimizer as LSO, Policy)
      """, """\
      # header
-     from tf_lso.experimental import LossScaleOptimizer as LSO, Policy
+     from tf_lso.experimental import (
+         LossScaleOptimizer as LSO, Policy)
      """),
     ("import tensorflow.keras.mixed_precision.experimental as mp\n",
      "import tf_lso.experimental as mp\n"),
@@ -182,3 +185,88 @@ def test_fixed_tf24_script_runs_as_the_original_does_under_run(tmp_path):
     assert values["loss_scale"] == "16384.0"
     assert values["iterations"] == "30"
     assert "nan" not in values["weights"]
+
+
+# -- What real code bases showed (issue 32) --------------------------------
+
+@pytest.mark.parametrize("source, expected", [
+    # `import tf_lso` goes right after the import the rewritten names come
+    # from, so a module-level use above a later import works ...
+    ("import os\n"
+     "os.environ['TF_CPP_MIN_LOG_LEVEL'] = '2'\n"
+     "import tensorflow as tf\n"
+     "scale = tf.train.experimental.DynamicLossScale()\n"
+     "import numpy as np\n",
+     "import os\n"
+     "os.environ['TF_CPP_MIN_LOG_LEVEL'] = '2'\n"
+     "import tensorflow as tf\n"
+     "import tf_lso\n"
+     "scale = tf_lso.experimental.DynamicLossScale()\n"
+     "import numpy as np\n"),
+    # ... also when that import is inside a statement.
+    ("try:\n"
+     "    import tensorflow as tf\n"
+     "except ImportError:\n"
+     "    tf = None\n"
+     "scale = tf.train.experimental.FixedLossScale(8)\n"
+     "import numpy as np\n",
+     "try:\n"
+     "    import tensorflow as tf\n"
+     "except ImportError:\n"
+     "    tf = None\n"
+     "import tf_lso\n"
+     "scale = tf_lso.experimental.FixedLossScale(8)\n"
+     "import numpy as np\n"),
+    # A private TF 2.x module imported whole becomes tf_lso's, under the
+    # same local name.
+    ("from tensorflow.python.keras.mixed_precision.experimental import "
+     "loss_scale_optimizer as lso\n"
+     "opt = lso.LossScaleOptimizer(opt, 'dynamic')\n",
+     "from tf_lso import experimental as lso\n"
+     "opt = lso.LossScaleOptimizer(opt, 'dynamic')\n"),
+    ("from tensorflow.python.keras.mixed_precision.experimental import "
+     "loss_scale_optimizer\n"
+     "opt = loss_scale_optimizer.LossScaleOptimizer(opt, 'dynamic')\n",
+     "from tf_lso import experimental as loss_scale_optimizer\n"
+     "opt = loss_scale_optimizer.LossScaleOptimizer(opt, 'dynamic')\n"),
+    # What tf_lso does not provide stays, and so does a module it is used
+    # through.
+    ("from tensorflow.keras.mixed_precision.experimental import Policy, Bogus\n",
+     "from tensorflow.keras.mixed_precision.experimental import Bogus\n"
+     "from tf_lso.experimental import Policy\n"),
+    ("from tensorflow.keras.mixed_precision import experimental as mp\n"
+     "mp.Policy('float32')\n"
+     "mp.Bogus()\n", None),
+    ("import tensorflow as tf\n"
+     "x = tf.keras.mixed_precision.experimental.LossScaleGradientTape\n", None),
+    # A parenthesized import keeps its lines and comments.
+    ("from tensorflow.keras.mixed_precision.experimental import (  # legacy\n"
+     "    LossScaleOptimizer,  # the optimizer\n"
+     "    Policy,\n"
+     ")\n",
+     "from tf_lso.experimental import (  # legacy\n"
+     "    LossScaleOptimizer,  # the optimizer\n"
+     "    Policy,\n"
+     ")\n"),
+])
+def test_real_code_cases(source, expected):
+    expected = source if expected is None else expected
+    assert migration_fix.fix_source(source) == expected
+
+
+@pytest.mark.parametrize("data", [
+    b"\xef\xbb\xbf# A BOM and CRLF line ends.\r\nimport tensorflow as tf\r\n"
+    b"s = tf.train.experimental.FixedLossScale(8)  # caf\xc3\xa9\r\n",
+    b"# -*- coding: latin-1 -*-\nimport tensorflow as tf\n"
+    b"s = tf.train.experimental.FixedLossScale(8)  # caf\xe9\n",
+])
+def test_write_is_byte_for_byte_outside_the_changed_names(tmp_path, data):
+    path = tmp_path / "legacy.py"
+    path.write_bytes(data)
+    newline = b"\r\n" if b"\r\n" in data else b"\n"
+    _, changed, skipped = migration_fix.fix_files([path], write=True)
+    assert (changed, skipped) == ([str(path)], [])
+    assert path.read_bytes() == data.replace(
+        b"import tensorflow as tf" + newline,
+        b"import tensorflow as tf" + newline + b"import tf_lso" + newline,
+    ).replace(b"tf.train.experimental.", b"tf_lso.experimental.")

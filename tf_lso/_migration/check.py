@@ -7,10 +7,12 @@ section of docs/migration.md that explains it.
 
 import ast
 import dataclasses
+import io
 import json
 import os
 import pathlib
 import re
+import tokenize
 
 from tf_lso._migration import rules
 
@@ -21,8 +23,22 @@ _OPTIMIZER_V2_HOOKS = frozenset({
 })
 # `kernel:0`, `dense_1/kernel:0`, `w1:0`, `%s:0`, `.*:0`; not `ratio 1:0`.
 _VARIABLE_SUFFIX = re.compile(r"(?:[A-Za-z_/*.)\]]|[A-Za-z_]\d+):0(?!\d)")
+# Device strings: `/gpu:0`, `device:GPU:0`, `/job:worker/replica:0/task:0`.
+_DEVICE = re.compile(r"(?i)(?:^|[/:])(?:device|gpu|cpu|tpu|xla_[a-z]+|job|"
+                     r"replica|task)(?::|$)")
+# Where a string is a pattern or a value that variable names are matched
+# against: the `re` functions, and `str` methods called on a `.name`.
+_REGEX_FUNCTIONS = frozenset({
+    "compile", "search", "match", "fullmatch", "findall", "finditer", "sub",
+    "subn", "split",
+})
+_NAME_METHODS = frozenset({
+    "endswith", "startswith", "replace", "find", "index", "rfind", "split",
+    "count", "removesuffix",
+})
+_SUPPRESSION = re.compile(r"#\s*tf-lso:\s*ignore(?:\[([^\]]*)\])?")
 _GRAPH_REWRITE = "enable_mixed_precision_graph_rewrite"
-_EXPERIMENTAL_LSO = "tf.keras.mixed_precision.experimental.LossScaleOptimizer"
+_EXPERIMENTAL_LSO = "tf_lso.experimental.LossScaleOptimizer"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,10 +119,38 @@ def dotted(node, names):
     return ".".join([base] + parts[::-1]), base
 
 
+def unprovided_aliases(tree, names):
+    """Local names of legacy modules that something unprovided is used through.
+
+    `mp.Bogus` with `mp` a legacy module and no tf_lso `Bogus`: rewriting
+    the import of `mp` to tf_lso's module would break `mp.Bogus` (or change
+    its error), so `--fix` leaves such an import, and `check` says why.
+
+    Args:
+        tree: The parsed module.
+        names: `imported_names(tree)`.
+
+    Returns:
+        A set of local names.
+    """
+    found = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)):
+            continue
+        base = names.get(node.value.id)
+        if (base in rules.LEGACY_MODULES
+                and rules.replacement(f"{base}.{node.attr}") is None):
+            found.add(node.value.id)
+    return found
+
+
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, names, report):
+    def __init__(self, names, report, classes, unprovided):
         self.names = dict(names)
         self.report = report
+        self.classes = classes
+        self.unprovided = unprovided
         self.uses_experimental_lso = False
         self.iterations = []
 
@@ -116,38 +160,61 @@ class _Visitor(ast.NodeVisitor):
         if found is None:
             return False
         name, base = found
-        new = rules.replacement(name)
-        if name == _EXPERIMENTAL_LSO:
+        if rules.behaviour(name) == _EXPERIMENTAL_LSO:
             self.uses_experimental_lso = True
-        if new is None or rules.is_legacy(base):
+        if not rules.is_legacy(name):
+            return False
+        new = rules.replacement(name)
+        if new is None:
+            if any(name.startswith(m + ".") for m in rules.LEGACY_MODULES):
+                self._not_provided(node, name)
+                return True
+            return False
+        if rules.is_legacy(base):
             return False  # Reported where the legacy base was imported.
         self.report(node, "legacy-name", _legacy_message(name, new),
                     fixable=True)
         return True
 
+    def _not_provided(self, node, name):
+        self.report(node, "legacy-name", f"`{name}` no longer exists on "
+                    "TensorFlow 2.16+, and tf_lso does not provide it: "
+                    "replace it by hand (`--fix` leaves it).")
+
     def visit_Import(self, node):
         for alias in node.names:
-            self._import(node, rules.canonical(alias.name))
+            local = alias.asname or alias.name.split(".")[0]
+            self._import(node, rules.canonical(alias.name),
+                         local if alias.asname else None)
 
     def visit_ImportFrom(self, node):
         if not node.module or node.level:
             return
         module = rules.canonical(node.module)
-        if rules.is_legacy(module) or module in rules.LEGACY_MODULES:
-            self._import(node, module)
+        if module in rules.LEGACY_MODULES:
+            provided = [a for a in node.names
+                        if rules.replacement(f"{module}.{a.name}")]
+            for alias in node.names:
+                if alias not in provided and alias.name != "*":
+                    self._not_provided(node, f"{module}.{alias.name}")
+            if len(provided) == 1:
+                self._import(node, f"{module}.{provided[0].name}")
+            elif provided:
+                self._import(node, module)
             return
         for alias in node.names:
-            self._import(node, f"{module}.{alias.name}")
+            self._import(node, f"{module}.{alias.name}",
+                         alias.asname or alias.name)
 
-    def _import(self, node, name):
+    def _import(self, node, name, local=None):
         new = rules.replacement(name)
-        if new is None and rules.is_legacy(name):
-            module = next(m for m in rules.LEGACY_MODULES
-                          if name.startswith(m + "."))
-            new = rules.LEGACY_MODULES[module] + name[len(module):]
         if new is not None:
-            self.report(node, "legacy-name", _legacy_message(name, new),
-                        fixable=True)
+            message = _legacy_message(name, new)
+            fixable = local not in self.unprovided
+            if not fixable:
+                message += (f" `--fix` leaves this import: names that tf_lso "
+                            f"does not provide are used through `{local}`.")
+            self.report(node, "legacy-name", message, fixable=fixable)
         elif name.endswith("." + _GRAPH_REWRITE) and not _is_ours(name):
             self._graph_rewrite(node)
 
@@ -206,7 +273,14 @@ class _Visitor(ast.NodeVisitor):
         if isinstance(func, ast.Attribute):
             self._method_call(node, func.attr)
         found = dotted(func, self.names)
-        if found and found[0].endswith("mixed_precision.experimental.Policy"):
+        is_regex = found is not None and found[1] == "re" and (
+            found[0].rpartition(".")[2] in _REGEX_FUNCTIONS)
+        on_a_name = (isinstance(func, ast.Attribute)
+                     and func.attr in _NAME_METHODS
+                     and _mentions_name(func.value))
+        if is_regex or on_a_name:
+            self._variable_names(node.args)
+        if found and rules.behaviour(found[0]) == "tf_lso.experimental.Policy":
             if len(node.args) > 1 or any(k.arg == "loss_scale"
                                          for k in node.keywords):
                 self.report(node, "policy-loss-scale", "A policy with a loss "
@@ -241,20 +315,27 @@ class _Visitor(ast.NodeVisitor):
                         "eager code use `tf.GradientTape`. Keras 3 optimizers "
                         "do not have it.")
 
-    def visit_Constant(self, node):
-        if isinstance(node.value, str) and _VARIABLE_SUFFIX.search(node.value):
-            self.report(node, "variable-name-suffix", "Keras 3 variable names "
-                        "have no ':0' (`v.name == 'kernel'`, `v.path == "
-                        "'dense/kernel'`); a pattern with ':0' matches "
-                        "nothing. Match `v.path`.")
+    def _variable_names(self, nodes):
+        """Reports the strings among `nodes` that end a variable name in :0."""
+        for node in nodes:
+            for string in _strings(node):
+                if (_VARIABLE_SUFFIX.search(string.value)
+                        and not _DEVICE.search(string.value)):
+                    self.report(string, "variable-name-suffix", "Keras 3 "
+                                "variable names have no ':0' (`v.name == "
+                                "'kernel'`, `v.path == 'dense/kernel'`); a "
+                                "pattern with ':0' matches nothing. Match "
+                                "`v.path`.")
+
+    def visit_Compare(self, node):
+        operands = [node.left] + node.comparators
+        if any(_mentions_name(operand) for operand in operands):
+            self._variable_names(operands)
+        self.generic_visit(node)
 
     def visit_ClassDef(self, node):
         bases = [dotted(base, self.names) for base in node.bases]
-        defined = {
-            item.name for item in node.body
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-        }
-        hooks = _OPTIMIZER_V2_HOOKS & (defined | _called_self_methods(node))
+        hooks = _OPTIMIZER_V2_HOOKS & _methods(node, self.classes)
         if hooks and any(b and b[0].startswith("tf.keras.optimizers.")
                          for b in bases):
             self.report(node, "optimizer-v2-subclass", "This optimizer uses "
@@ -274,6 +355,44 @@ def _called_self_methods(node):
     }
 
 
+def _methods(node, classes, seen=()):
+    """The methods a class defines or calls on `self`, its bases' included.
+
+    Bases are followed when they are classes of the same file (`classes`:
+    name -> ClassDef), as a mixin that brings OptimizerV2 hooks is
+    (tensorflow/addons' `DecoupledWeightDecayExtension`).
+    """
+    found = _called_self_methods(node) | {
+        item.name for item in node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    for base in node.bases:
+        if (isinstance(base, ast.Name) and base.id in classes
+                and base.id not in seen):
+            found |= _methods(classes[base.id], classes, seen + (node.name,))
+    return found
+
+
+def _strings(node):
+    """The string constants `node` is made of (a literal, a collection of
+    them, `'%s:0' % x`, an f-string's text)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node]
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [s for element in node.elts for s in _strings(element)]
+    if isinstance(node, ast.BinOp):
+        return _strings(node.left)
+    if isinstance(node, ast.JoinedStr):
+        return [v for v in node.values if isinstance(v, ast.Constant)]
+    return []
+
+
+def _mentions_name(node):
+    """Whether an expression reads a `.name` (a variable's, usually)."""
+    return any(isinstance(sub, ast.Attribute) and sub.attr == "name"
+               for sub in ast.walk(node))
+
+
 def _legacy_message(name, new):
     if name == "tf.keras.mixed_precision.LossScaleOptimizer":
         return ("On TensorFlow 2.16+ `tf.keras.mixed_precision."
@@ -282,13 +401,14 @@ def _legacy_message(name, new):
     return f"`{name}` no longer exists on TensorFlow 2.16+; use `{new}`."
 
 
-def check_source(source, path="<string>", cell=None):
+def check_source(source, path="<string>", cell=None, collapse=True):
     """Findings in Python source text, sorted by position.
 
     Args:
         source: The code.
         path: Reported as the findings' path.
         cell: The notebook cell index, if any.
+        collapse: Report each `info` rule once (`one_note_per_rule`).
 
     Returns:
         A list of `Finding`s. A syntax error gives one `unparsable` finding.
@@ -305,7 +425,11 @@ def check_source(source, path="<string>", cell=None):
         found.append(Finding(path, node.lineno, node.col_offset + 1, rule,
                              message, cell, fixable))
 
-    visitor = _Visitor(imported_names(tree), report)
+    names = imported_names(tree)
+    classes = {node.name: node for node in ast.walk(tree)
+               if isinstance(node, ast.ClassDef)}
+    visitor = _Visitor(names, report, classes,
+                       unprovided_aliases(tree, names))
     visitor.visit(tree)
     if visitor.uses_experimental_lso:
         for node in visitor.iterations:
@@ -313,7 +437,63 @@ def check_source(source, path="<string>", cell=None):
                    "LossScaleOptimizer did not advance `iterations` on skipped "
                    "steps; TF 2.4 and tf_lso do. Step counts, schedules and "
                    "logs keyed on it include skipped steps now.")
-    return sorted(set(found), key=lambda f: (f.line, f.column, f.rule))
+    ignored = suppressions(source)
+    found = [f for f in set(found) if not _suppressed(f, ignored)]
+    found = sorted(found, key=lambda f: (f.line, f.column, f.rule))
+    return one_note_per_rule(found) if collapse else found
+
+
+def suppressions(source):
+    """{line: rule ids ignored there (None: all)}, from `# tf-lso: ignore`.
+
+    `# tf-lso: ignore` on a line ignores every finding that starts there;
+    `# tf-lso: ignore[rule-a, rule-b]` only those rules.
+    """
+    ignored = {}
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return ignored
+    for token in tokens:
+        if token.type != tokenize.COMMENT:
+            continue
+        match = _SUPPRESSION.search(token.string)
+        if match:
+            ids = match.group(1)
+            ignored[token.start[0]] = None if ids is None else {
+                rule.strip() for rule in ids.split(",")}
+    return ignored
+
+
+def _suppressed(finding, ignored):
+    if finding.line not in ignored:
+        return False
+    rules_ignored = ignored[finding.line]
+    return rules_ignored is None or finding.rule in rules_ignored
+
+
+def one_note_per_rule(findings, where=lambda f: str(f.line)):
+    """Keeps the first `info` finding of each rule; it lists the others.
+
+    A note that something works as before is worth reading once per file,
+    not at every call site.
+    """
+    first, kept = {}, []
+    for finding in findings:
+        if finding.severity != "info":
+            kept.append(finding)
+        elif finding.rule not in first:
+            first[finding.rule] = (len(kept), [])
+            kept.append(finding)
+        else:
+            first[finding.rule][1].append(where(finding))
+    for index, others in first.values():
+        if others:
+            noun = "line" if len(others) == 1 else "lines"
+            kept[index] = dataclasses.replace(
+                kept[index], message=f"{kept[index].message} (Also at "
+                f"{noun} {', '.join(others)}.)")
+    return kept
 
 
 def notebook_cells(text):
@@ -341,22 +521,38 @@ def _check_notebook(cells, path):
         starts.append((len(lines), index))
         lines.extend(source.split("\n"))
     findings = []
-    for finding in check_source("\n".join(lines), path):
+    for finding in check_source("\n".join(lines), path, collapse=False):
         first, cell = max(s for s in starts if s[0] < finding.line)
         # Checked, not rewritten: `--fix` leaves notebooks alone.
         findings.append(dataclasses.replace(
             finding, line=finding.line - first, cell=cell, fixable=False))
-    return findings
+    return one_note_per_rule(
+        findings, where=lambda f: f"{f.line} of cell {f.cell}")
+
+
+def decode(data):
+    """A Python file's bytes as text, decoded as Python decodes them.
+
+    A PEP 263 coding line or a UTF-8 byte order mark is honoured; line ends
+    are kept as they are.
+
+    Raises:
+        SyntaxError, UnicodeDecodeError: If Python could not read it either.
+    """
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
 
 
 def check_file(path):
     """Findings in one .py or .ipynb file; unreadable files are a finding."""
     path = pathlib.Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
         if path.suffix == ".ipynb":
+            text = path.read_text(encoding="utf-8")
             return _check_notebook(notebook_cells(text), str(path))
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        text = decode(path.read_bytes())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError,
+            AttributeError) as e:
         return [Finding(str(path), 1, 1, "unparsable",
                         f"Not read, skipped: {e}.")]
     return check_source(text, str(path))

@@ -16,10 +16,18 @@ _POLICY = ("Policy", "set_policy", "global_policy", "get_layer_policy")
 _GRAPH_REWRITE = ("enable_mixed_precision_graph_rewrite",
                   "disable_mixed_precision_graph_rewrite")
 
-# Legacy modules that tf_lso replaces as a whole.
+# Legacy modules and the tf_lso module that holds their names (only the
+# names in `LEGACY_NAMES` are provided): TF 2.1-2.3's public experimental
+# modules, and TF 2.x's private modules that some code imported.
 LEGACY_MODULES = {
     "tf.keras.mixed_precision.experimental": "tf_lso.experimental",
     "tf.mixed_precision.experimental": "tf_lso.experimental",
+    "tf.python.keras.mixed_precision.experimental.loss_scale_optimizer":
+        "tf_lso.experimental",
+    "tf.python.keras.mixed_precision.experimental.policy":
+        "tf_lso.experimental",
+    "tf.python.keras.mixed_precision.loss_scale_optimizer": "tf_lso",
+    "tf.python.training.experimental.loss_scale": "tf_lso.experimental",
 }
 
 
@@ -28,7 +36,8 @@ def _names(prefix, names, target="tf_lso.experimental"):
 
 
 # Every legacy name tf_lso provides, canonically spelled (see `canonical`),
-# and its tf_lso name.
+# and its tf_lso name: the one table that `tf_lso.install()` (the public
+# names, see `installed_names`) and `check --fix` both read.
 LEGACY_NAMES = {
     **_names("tf.keras.mixed_precision.experimental",
              ("LossScaleOptimizer",) + _POLICY + _LOSS_SCALES + _SERIALIZATION),
@@ -71,6 +80,25 @@ def replacement(dotted):
     if dotted in LEGACY_NAMES:
         return LEGACY_NAMES[dotted]
     return LEGACY_MODULES.get(dotted)
+
+
+def behaviour(dotted):
+    """What a canonical name stands for: its tf_lso name if it has one.
+
+    Rules about behaviour ask this, so that a name reads the same before and
+    after `--fix` (`tf.keras.mixed_precision.experimental.LossScaleOptimizer`
+    and `tf_lso.experimental.LossScaleOptimizer` are one class).
+    """
+    return replacement(dotted) or dotted
+
+
+def installed_names():
+    """The legacy names `tf_lso.install()` provides: the public ones.
+
+    TF's private modules (`tf.python...`) are not provided at run time;
+    `--fix` rewrites their imports.
+    """
+    return [name for name in LEGACY_NAMES if not name.startswith("tf.python.")]
 
 
 def is_legacy(dotted):
