@@ -46,16 +46,39 @@ def test_names_resolve_to_tf_lso():
             assert getattr(module, name) is getattr(tf_lso.experimental, name)
     assert tf.keras.mixed_precision.LossScaleOptimizer is (
         tf_lso.LossScaleOptimizer)
+    # The one table that `check --fix` rewrites, too: loss scale helpers
+    # (get, serialize, deserialize) included.
     assert sorted(install_lib.installed_names()) == sorted(
         [f"tf.keras.mixed_precision.experimental.{n}" for n in (
             "LossScaleOptimizer", "Policy", "set_policy", "global_policy",
             "get_layer_policy", "LossScale", "FixedLossScale",
-            "DynamicLossScale")]
-        + [f"tf.{m}.experimental.{n}" for m in ("mixed_precision", "train")
+            "DynamicLossScale", "get", "serialize", "deserialize")]
+        + [f"tf.mixed_precision.experimental.{n}" for n in (
+            "LossScale", "FixedLossScale", "DynamicLossScale", "get",
+            "serialize", "deserialize")]
+        + [f"tf.train.experimental.{n}"
            for n in ("LossScale", "FixedLossScale", "DynamicLossScale")]
         + ["tf.keras.mixed_precision.LossScaleOptimizer"]
         + [f"tf.train.experimental.{f}_mixed_precision_graph_rewrite"
            for f in ("enable", "disable")])
+
+
+def test_install_provides_every_public_name_fix_rewrites():
+    # One table: what `python -m tf_lso run` resolves is what `--fix`
+    # rewrites to, name for name.
+    from tf_lso._migration import rules
+
+    tf_lso.install()
+    public = [n for n in rules.LEGACY_NAMES if not n.startswith("tf.python.")]
+    assert sorted(install_lib.installed_names()) == sorted(public)
+    for name in public:
+        value = tf
+        for part in name.split(".")[1:]:
+            value = getattr(value, part)
+        target = tf_lso
+        for part in rules.LEGACY_NAMES[name].split(".")[1:]:
+            target = getattr(target, part)
+        assert value is target, name
 
 
 def test_import_statements_of_old_scripts_work():

@@ -15,39 +15,9 @@ import types
 import keras
 import tensorflow as tf
 
+from tf_lso._migration import rules as legacy
 from tf_lso._src import compile_hook
-from tf_lso._src import experimental_loss_scale_optimizer as v1
-from tf_lso._src import graph_rewrite
-from tf_lso._src import loss_scale as loss_scale_lib
-from tf_lso._src import loss_scale_optimizer as v2
 from tf_lso._src import policy as policy_lib
-
-_LOSS_SCALES = {
-    "LossScale": loss_scale_lib.LossScale,
-    "FixedLossScale": loss_scale_lib.FixedLossScale,
-    "DynamicLossScale": loss_scale_lib.DynamicLossScale,
-}
-
-# tf.keras.mixed_precision.experimental of TF 2.1-2.4, plus the loss scale
-# classes (a convenience: TF had them under tf.mixed_precision.experimental).
-_KERAS_EXPERIMENTAL = {
-    "LossScaleOptimizer": v1.LossScaleOptimizerV1,
-    "Policy": policy_lib.Policy,
-    "set_policy": policy_lib.set_policy,
-    "global_policy": policy_lib.global_policy,
-    "get_layer_policy": policy_lib.get_layer_policy,
-    **_LOSS_SCALES,
-}
-
-# TF 2.1-2.3's graph rewrite (tf.train.experimental; TF 2.16+ keeps only
-# the tf.compat.v1 names, for TF1 optimizers). tf_lso's takes Keras
-# optimizers and hands TF1 ones to TensorFlow's.
-_GRAPH_REWRITE = {
-    "enable_mixed_precision_graph_rewrite":
-        graph_rewrite.enable_mixed_precision_graph_rewrite,
-    "disable_mixed_precision_graph_rewrite":
-        graph_rewrite.disable_mixed_precision_graph_rewrite,
-}
 
 _MISSING = object()
 _installed = []  # (owner, attribute, previous value or _MISSING)
@@ -87,14 +57,50 @@ def _keras_mixed_precision_modules():
 
 
 def installed_names() -> list[str]:
-    """The dotted names `install()` provides, for docs and tests."""
-    names = [f"tf.keras.mixed_precision.experimental.{n}"
-             for n in _KERAS_EXPERIMENTAL]
-    names += [f"tf.mixed_precision.experimental.{n}" for n in _LOSS_SCALES]
-    names += [f"tf.train.experimental.{n}" for n in _LOSS_SCALES]
-    names.append("tf.keras.mixed_precision.LossScaleOptimizer")
-    names += [f"tf.train.experimental.{n}" for n in _GRAPH_REWRITE]
-    return names
+    """The dotted names `install()` provides, for docs and tests.
+
+    Every public name of the one table of legacy names that `python -m
+    tf_lso check --fix` rewrites too (`tf_lso/_migration/rules.py`).
+    """
+    return legacy.installed_names()
+
+
+def _tf_lso_object(dotted):
+    """The tf_lso object a dotted name such as `tf_lso.experimental.Policy`
+    names."""
+    module, _, attribute = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _owners():
+    """{the module a legacy name is in (`tf.train.experimental`): {attribute:
+    tf_lso object}}, for every name `install()` provides."""
+    owners = {}
+    for name in installed_names():
+        owner, _, attribute = name.rpartition(".")
+        owners.setdefault(owner, {})[attribute] = _tf_lso_object(
+            legacy.LEGACY_NAMES[name])
+    return owners
+
+
+def _modules_at(path):
+    """The module objects a script reaches as `path` (`tf.train`, ...).
+
+    Two for `tf.keras.mixed_precision` (see `_keras_mixed_precision_modules`).
+    A module TensorFlow no longer has (`tf.mixed_precision`) is made.
+    """
+    if path == "tf.keras.mixed_precision":
+        return _keras_mixed_precision_modules()
+    owner = tf
+    for part in path.split(".")[1:]:
+        child = getattr(owner, part, None)
+        if child is None:
+            name = "tensorflow" + path[2:]
+            child = _module(name, {})
+            _set(owner, part, child)
+            _register(name, child)
+        owner = child
+    return [owner]
 
 
 def install() -> None:
@@ -123,26 +129,20 @@ def install() -> None:
     """
     if _installed:
         return
-    experimental = _module("tensorflow.keras.mixed_precision.experimental",
-                           _KERAS_EXPERIMENTAL)
-    for keras_mp in _keras_mixed_precision_modules():
-        _set(keras_mp, "experimental", experimental)
-        _set(keras_mp, "LossScaleOptimizer", v2.LossScaleOptimizer)
-    _register("tensorflow.keras.mixed_precision.experimental", experimental)
-
-    tf_mp = getattr(tf, "mixed_precision", None)
-    if tf_mp is None:
-        tf_mp = _module("tensorflow.mixed_precision", {})
-        _set(tf, "mixed_precision", tf_mp)
-        _register("tensorflow.mixed_precision", tf_mp)
-    tf_mp_experimental = _module("tensorflow.mixed_precision.experimental",
-                                 _LOSS_SCALES)
-    _set(tf_mp, "experimental", tf_mp_experimental)
-    _register("tensorflow.mixed_precision.experimental", tf_mp_experimental)
-
-    for name, value in {**_LOSS_SCALES, **_GRAPH_REWRITE}.items():
-        _set(tf.train.experimental, name, value)
-
+    for owner, attributes in _owners().items():
+        if owner in legacy.LEGACY_MODULES:
+            # A module TF 2.16+ no longer has: provided whole, also to
+            # `import` statements.
+            name = "tensorflow" + owner[2:]
+            module = _module(name, attributes)
+            parent, _, last = owner.rpartition(".")
+            for parent_module in _modules_at(parent):
+                _set(parent_module, last, module)
+            _register(name, module)
+        else:
+            for owner_module in _modules_at(owner):
+                for attribute, value in attributes.items():
+                    _set(owner_module, attribute, value)
     compile_hook.enable(wrap_mixed_float16=True)
 
 
