@@ -52,5 +52,9 @@ setuptools.setup(
         # examples/plot_training_health.py.
         "examples": ["matplotlib"],
     },
+    entry_points={
+        # `tf-lso check PATH...` (also `python -m tf_lso ...`).
+        "console_scripts": ["tf-lso = tf_lso.__main__:console_main"],
+    },
     license="Apache-2.0",
 )

@@ -7,7 +7,10 @@ there, says what to install. Each case runs in a fresh interpreter in which
 TensorFlow, Keras and tf_keras cannot be imported (or are an old fake).
 """
 
+import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -103,3 +106,40 @@ def test_importing_tf_lso_registers_its_classes_with_keras(tmp_path):
         print("registered")
     """), tmp_path)
     assert done.stdout == "registered\n", done.stderr[-1000:]
+
+
+def test_the_command_line_imports_no_tensorflow_even_when_installed(tmp_path):
+    (tmp_path / "train.py").write_text(LEGACY)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tf_lso", "check",
+         "train.py"], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "error legacy-name" in done.stdout
+    imported = [line.rsplit("|", 1)[-1].strip()
+                for line in done.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "tf_lso._migration.check" in imported
+    assert not [m for m in imported if m.split(".")[0] in (
+        "tensorflow", "keras", "tf_keras")]
+
+
+def test_console_script_and_pre_commit_hooks(tmp_path):
+    # What `pip install tf_lso` puts on PATH, and what the pre-commit hooks
+    # (.pre-commit-hooks.yaml) run.
+    script = shutil.which("tf-lso", path=os.path.dirname(sys.executable))
+    assert script, "no tf-lso script: install tf_lso (pip install -e .)"
+    (tmp_path / "train.py").write_text(LEGACY)
+    done = subprocess.run([script, "check", "train.py", "--format", "json"],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert '"rule": "legacy-name"' in done.stdout
+    assert done.stderr == ""  # Quiet: no TensorFlow start-up lines.
+    hooks = (ROOT / ".pre-commit-hooks.yaml").read_text()
+    entries = re.findall(r"^  entry: (.+)$", hooks, re.M)
+    assert entries == ["tf-lso check", "tf-lso check --fix --write"]
+    for entry in entries:
+        done = subprocess.run([script, *entry.split()[1:], "--help"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr

@@ -327,3 +327,56 @@ def test_suppression_comments():
         "d = opt.learning_rate(3)  # tf-lso: ignore[legacy-name, "
         "schedule-call]\n")
     assert _found(findings) == [(4, 5, "legacy-name")]
+
+
+def test_cli_select_and_ignore(tmp_path, capsys):
+    path = _write(tmp_path, """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(o, 8)
+        print(opt.loss_scale(), opt.learning_rate(3))
+        """)
+
+    def rules_found(*args):
+        cli.main(["check", str(path), "--format", "json", *args])
+        return [f["rule"] for f in json.loads(capsys.readouterr().out)[
+            "findings"]]
+
+    assert rules_found() == ["legacy-name", "loss-scale-call",
+                             "schedule-call"]
+    assert rules_found("--select", "schedule-call,legacy-name") == [
+        "legacy-name", "schedule-call"]
+    assert rules_found("--ignore", "legacy-name", "--ignore",
+                       "loss-scale-call") == ["schedule-call"]
+    assert cli.main(["check", str(path), "--ignore", "legacy-name"]) == 0
+    with pytest.raises(SystemExit) as e:
+        cli.main(["check", str(path), "--select", "no-such-rule"])
+    assert e.value.code == 2
+    assert "unknown rule 'no-such-rule'" in capsys.readouterr().err
+
+
+def test_cli_sarif(tmp_path, capsys):
+    path = _write(tmp_path, """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(o, 8)
+        print(opt.loss_scale())
+        """)
+    assert cli.main(["check", str(path), "--format", "sarif"]) == 1
+    sarif = json.loads(capsys.readouterr().out)
+    assert sarif["version"] == "2.1.0"
+    [run] = sarif["runs"]
+    driver = run["tool"]["driver"]
+    assert driver["name"] == "tf-lso"
+    rule_ids = [rule["id"] for rule in driver["rules"]]
+    assert "legacy-name" in rule_ids and "loss-scale-call" in rule_ids
+    results = [(r["ruleId"], r["level"],
+                r["locations"][0]["physicalLocation"]["region"])
+               for r in run["results"]]
+    assert results == [
+        ("legacy-name", "error", {"startLine": 2, "startColumn": 7}),
+        ("loss-scale-call", "note", {"startLine": 3, "startColumn": 7}),
+    ]
+    uri = run["results"][0]["locations"][0]["physicalLocation"][
+        "artifactLocation"]["uri"]
+    assert uri == path.as_posix()
+    assert run["results"][0]["message"]["text"].startswith(
+        "`tf.keras.mixed_precision.experimental.LossScaleOptimizer`")

@@ -3,11 +3,14 @@
 With TensorFlow 2.16+ and Keras 3.8+ installed, importing tf_lso imports its
 runtime, so Keras finds tf_lso's classes by name (`.keras` files, configs).
 Without them (or next to an older TensorFlow) `import tf_lso` still works,
-for `python -m tf_lso check`, and the first use of a runtime name raises an
-ImportError that says what to install.
+and the first use of a runtime name raises an ImportError that says what to
+install. `python -m tf_lso check` and the `tf-lso` command never import the
+runtime.
 """
 
 import importlib
+import os
+import sys
 import typing
 
 __version__ = "0.1.0.dev0"
@@ -55,6 +58,12 @@ def __dir__():
 
 
 def _import_runtime_if_usable():
+    if sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0]) in (
+            "tf-lso", "tf-lso.exe"):
+        # `python -m tf_lso ...` (Python sets argv[0] to "-m" while it finds
+        # the module) or the `tf-lso` script: `check` needs no runtime, nor
+        # TensorFlow's start-up time and log lines; `run` imports it.
+        return
     try:
         importlib.import_module("tf_lso._src")  # Checks the versions.
     except ImportError:

@@ -7,7 +7,8 @@ names (`tf_lso.install()`) and runs an unmodified TF 2.x script as
 `python -m tf_lso check PATH...` reports legacy mixed-precision code and what
 behaves differently on TF 2.16+ (exit status 1 when a finding reaches
 `--fail-on`); `--fix` previews rewriting the legacy names to tf_lso's as a
-diff, `--fix --write` applies it. See docs/migration.md.
+diff, `--fix --write` applies it. See docs/migration.md. It imports no
+TensorFlow. Installed, both are also the `tf-lso` command.
 """
 
 import argparse
@@ -18,9 +19,10 @@ import sys
 from tf_lso._migration import report
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m tf_lso"):
+    """Runs a command; returns the exit status (argparse exits with 2)."""
     parser = argparse.ArgumentParser(
-        prog="python -m tf_lso",
+        prog=prog,
         description="Run TF 2.1-2.4 mixed-precision code on current "
         "TensorFlow, with the legacy names provided by tf_lso.",
     )
@@ -37,7 +39,17 @@ def main(argv=None):
     )
     check.add_argument("paths", nargs="+", metavar="PATH",
                        help=".py or .ipynb files, or directories to search")
-    check.add_argument("--format", choices=("text", "json"), default="text")
+    check.add_argument(
+        "--format", choices=("text", "json", "sarif"), default="text",
+        help="text (default), json, or sarif (SARIF 2.1.0, for code scanning "
+        "annotations on pull requests)")
+    check.add_argument(
+        "--select", action="append", default=[], metavar="RULES",
+        help="report only these rules (comma-separated ids; repeatable)")
+    check.add_argument(
+        "--ignore", action="append", default=[], metavar="RULES",
+        help="do not report these rules (comma-separated ids; repeatable). "
+        "A `# tf-lso: ignore[rule-id]` comment ignores one line")
     check.add_argument(
         "--fail-on", choices=("info", "warning", "error", "never"),
         default="error", help="exit with status 1 if a finding has this "
@@ -52,6 +64,11 @@ def main(argv=None):
     if args.command == "check":
         if args.write and not args.fix:
             parser.error("--write needs --fix")
+        try:
+            args.select = report.rule_ids(args.select)
+            args.ignore = report.rule_ids(args.ignore)
+        except ValueError as e:
+            parser.error(str(e))
         return _check(args)
 
     import tf_lso
@@ -85,10 +102,18 @@ def _check(args):
         return 1 if skipped and any(
             not reason.startswith("notebooks") for _, reason in skipped) else 0
     files = list(check.python_files(args.paths))
-    findings = [f for path in files for f in check.check_file(path)]
-    write = report.json_report if args.format == "json" else report.text
+    findings = report.selected(
+        [f for path in files for f in check.check_file(path)],
+        args.select, args.ignore)
+    write = {"json": report.json_report, "sarif": report.sarif,
+             "text": report.text}[args.format]
     print(write(findings, len(files)))
     return 1 if report.fails(findings, args.fail_on) else 0
+
+
+def console_main():
+    """The `tf-lso` console script: `tf-lso check ...`, `tf-lso run ...`."""
+    sys.exit(main(prog="tf-lso"))
 
 
 if __name__ == "__main__":
