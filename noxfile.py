@@ -1,9 +1,10 @@
 """The TensorFlow/Keras pairs tf_lso supports, each a nox session.
 
-    nox -t ci      # lint, then the oldest and the newest pair (the README's
-                   # test command)
+    nox -t ci      # lint, the migration tool without TensorFlow, then the
+                   # oldest and the newest pair (the README's test command)
     nox -s tests   # every pair of the matrix
     nox -s lint    # ruff (configured in ruff.toml)
+    nox -s checker # `python -m tf_lso check` and its tests, no TensorFlow
     nox -s "tests(tf2.18.1-keras3.8.0)"   # one pair; `-- -k name` picks tests
     nox -s older_pythons   # the oldest pair on Python 3.9 and 3.10 (needs
                            # python3.9 and python3.10 on PATH)
@@ -21,7 +22,7 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "checker", "tests"]
 RUFF = "ruff==0.16.9"
 
 # (TensorFlow, Keras, tf_keras, tags). Every TensorFlow minor version from 2.16
@@ -46,6 +47,33 @@ def lint(session):
     """Lints the whole tree with ruff (ruff.toml); seconds, before any test."""
     session.install(RUFF)
     session.run("ruff", "check", ".")
+
+
+# The migration tool's tests; the rest of the suite needs TensorFlow.
+CHECKER_TESTS = (
+    "tests/migration_check_test.py",
+    "tests/migration_fix_test.py",
+    "tests/migration_rules_test.py",
+    "tests/main_test.py",
+)
+
+
+@nox.session(python="3.11", tags=["ci"])
+def checker(session):
+    """The migration tool with neither TensorFlow nor Keras installed.
+
+    As a lint-only CI job or a pre-commit hook has it: tf_lso alone, with
+    LibCST for `--fix`. The tests that run TF 2.x code skip here (they run
+    in the `tests` sessions).
+    """
+    session.install("-e", ".[migrate]", "pytest")
+    session.run(
+        "python", "-c", "import importlib.util, sys; sys.exit(any("
+        "importlib.util.find_spec(m) for m in ('tensorflow', 'keras', "
+        "'tf_keras')))",
+    )  # Fails if any of them is installed: the session would prove nothing.
+    session.run("python", "-m", "pytest", "-q", *CHECKER_TESTS,
+                *session.posargs)
 
 
 @nox.session(python="3.11")

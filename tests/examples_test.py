@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 _DEMO = pathlib.Path(__file__).parents[1] / "examples" / "demo.py"
 # absl/TF C++ log lines ("I0000 00:00:..."), and the notices they carry.
 _TF_LOG = re.compile(r"^[IWEF]\d{4} |oneDNN|cuda|cpu_feature_guard",
@@ -33,6 +35,9 @@ def test_demo_shows_the_notices_on_request():
 
 
 def test_training_health_plot(tmp_path):
+    pytest.importorskip(
+        "matplotlib", reason="the plot example needs matplotlib: pip install "
+        "'tf_lso[examples]'")
     output = tmp_path / "health.png"
     script = _DEMO.parent / "plot_training_health.py"
     done = subprocess.run(

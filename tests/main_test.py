@@ -15,6 +15,8 @@ import subprocess
 import sys
 import textwrap
 
+import migration_util
+
 ROOT = pathlib.Path(__file__).parents[1]
 LEGACY = "import tensorflow as tf\ntf.train.experimental.DynamicLossScale()\n"
 
@@ -52,6 +54,7 @@ def _cli(args):
     """)
 
 
+@migration_util.needs_libcst
 def test_check_and_fix_run_without_tensorflow(tmp_path):
     (tmp_path / "train.py").write_text(LEGACY)
     done = _python(_BLOCK + _cli(["check", "train.py"]), tmp_path)
@@ -95,6 +98,7 @@ def test_check_next_to_an_old_tensorflow(tmp_path):
             in done.stderr), done.stderr[-500:]
 
 
+@migration_util.needs_tensorflow
 def test_importing_tf_lso_registers_its_classes_with_keras(tmp_path):
     # With TensorFlow there, `import tf_lso` is enough for Keras to find
     # tf_lso's classes by their registered names (`.keras` files, configs).

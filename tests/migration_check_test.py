@@ -54,7 +54,8 @@ def test_tf24_import_of_the_keras3_name():
     assert "`tf_lso.LossScaleOptimizer`" in findings[0].message
 
 
-@pytest.mark.parametrize("source, expected", [
+# (source, expected findings); their fixes run in migration_fix_test.py.
+SNIPPET_CASES = [
     # Each spelling of a legacy name is reported once, where it is written.
     ("import tensorflow as tf\n"
      "x = tf.keras.mixed_precision.experimental.LossScaleOptimizer\n",
@@ -108,7 +109,10 @@ def test_tf24_import_of_the_keras3_name():
      "opt = tf_lso.experimental.enable_mixed_precision_graph_rewrite(opt)\n"
      "from tf_lso.experimental import enable_mixed_precision_graph_rewrite\n",
      []),
-])
+]
+
+
+@pytest.mark.parametrize("source, expected", SNIPPET_CASES)
 def test_snippets(source, expected):
     assert _found(migration_check.check_source(source)) == expected
 
@@ -238,7 +242,7 @@ def test_cli_usage_errors(capsys):
 
 # -- What real code bases showed (issue 32) --------------------------------
 
-@pytest.mark.parametrize("source, expected", [
+REAL_CODE_CASES = [
     # A private TF 2.x module imported whole is legacy where it is imported.
     ("from tensorflow.python.keras.mixed_precision.experimental import "
      "loss_scale_optimizer as lso\n"
@@ -277,7 +281,10 @@ def test_cli_usage_errors(capsys):
      "class AdamW(Extended, tf.keras.optimizers.Adam):\n"
      "    pass\n",
      [(6, 1, "optimizer-v2-subclass")]),
-])
+]
+
+
+@pytest.mark.parametrize("source, expected", REAL_CODE_CASES)
 def test_real_code_cases(source, expected):
     assert _found(migration_check.check_source(source)) == expected
 

@@ -4,9 +4,10 @@ import doctest
 import pathlib
 import re
 
+import migration_util
+
 import tf_lso
 from tf_lso._migration import rules
-from tf_lso._src import install as install_lib
 
 MIGRATION = pathlib.Path(__file__).parents[1] / "docs" / "migration.md"
 
@@ -25,6 +26,7 @@ def test_every_rule_links_to_a_section_of_the_migration_guide():
         assert row in MIGRATION.read_text(), rule.id
 
 
+@migration_util.needs_tensorflow
 def test_every_replacement_exists_in_tf_lso():
     for new in list(rules.LEGACY_NAMES.values()) + list(
             rules.LEGACY_MODULES.values()):
@@ -34,7 +36,10 @@ def test_every_replacement_exists_in_tf_lso():
         assert value is not None, new
 
 
+@migration_util.needs_tensorflow
 def test_every_name_install_provides_is_known():
+    from tf_lso._src import install as install_lib
+
     for name in install_lib.installed_names():
         assert rules.replacement(name) is not None, name
         assert rules.is_legacy(name)
