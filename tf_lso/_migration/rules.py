@@ -117,7 +117,8 @@ RULES = {rule.id: rule for rule in (
     Rule("legacy-name", "error", "Old call → new call",
          "a TF 2.1-2.4 mixed-precision name that TensorFlow 2.16+ no longer "
          "has (or, for `tf.keras.mixed_precision.LossScaleOptimizer`, has "
-         "with Keras 3's different API); `--fix` rewrites it to tf_lso's"),
+         "with Keras 3's different API); `--fix` rewrites it to tf_lso's "
+         "where tf_lso provides it"),
     Rule("graph-rewrite", "warning", _OTHER,
          "`tf.compat.v1`'s `enable_mixed_precision_graph_rewrite`, which "
          "TensorFlow 2.16+ keeps for TF1 optimizers only"),
@@ -142,7 +143,8 @@ RULES = {rule.id: rule for rule in (
          "`x.dtype.name`, which fails on Keras 3 tensors (their dtype is a "
          "string)"),
     Rule("variable-name-suffix", "warning", _OTHER,
-         "a variable name with `:0`, which Keras 3 variable names never have"),
+         "a variable name ending in `:0` in a regex or compared with a "
+         "`.name`, which Keras 3 variable names never match"),
     Rule("skipped-step-iterations", "warning",
          "Differences from TF 2.1–2.3 (experimental class)",
          "`iterations` read next to TF 2.1-2.3's LossScaleOptimizer, which "
