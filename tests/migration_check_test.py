@@ -281,6 +281,13 @@ REAL_CODE_CASES = [
      "class AdamW(Extended, tf.keras.optimizers.Adam):\n"
      "    pass\n",
      [(6, 1, "optimizer-v2-subclass")]),
+    # ... or from tensorflow/addons itself.
+    ("import tensorflow as tf\n"
+     "import tensorflow_addons as tfa\n"
+     "class AdamW(tfa.optimizers.DecoupledWeightDecayExtension,\n"
+     "            tf.keras.optimizers.Adam):\n"
+     "    pass\n",
+     [(3, 1, "optimizer-v2-subclass")]),
 ]
 
 

@@ -23,6 +23,12 @@ _OPTIMIZER_V2_HOOKS = frozenset({
 })
 # `kernel:0`, `dense_1/kernel:0`, `w1:0`, `%s:0`, `.*:0`; not `ratio 1:0`.
 _VARIABLE_SUFFIX = re.compile(r"(?:[A-Za-z_/*.)\]]|[A-Za-z_]\d+):0(?!\d)")
+# Mixins from other packages that bring OptimizerV2 hooks to the optimizer
+# they are mixed into.
+_HOOK_MIXINS = {
+    "tensorflow_addons.optimizers.DecoupledWeightDecayExtension": frozenset({
+        "_resource_apply_dense", "_resource_apply_sparse"}),
+}
 # Device strings: `/gpu:0`, `device:GPU:0`, `/job:worker/replica:0/task:0`.
 _DEVICE = re.compile(r"(?i)(?:^|[/:])(?:device|gpu|cpu|tpu|xla_[a-z]+|job|"
                      r"replica|task)(?::|$)")
@@ -336,6 +342,9 @@ class _Visitor(ast.NodeVisitor):
     def visit_ClassDef(self, node):
         bases = [dotted(base, self.names) for base in node.bases]
         hooks = _OPTIMIZER_V2_HOOKS & _methods(node, self.classes)
+        for base in bases:
+            if base and base[0] in _HOOK_MIXINS:
+                hooks |= _HOOK_MIXINS[base[0]]
         if hooks and any(b and b[0].startswith("tf.keras.optimizers.")
                          for b in bases):
             self.report(node, "optimizer-v2-subclass", "This optimizer uses "
