@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 import migration_util
+import pytest
 
 ROOT = pathlib.Path(__file__).parents[1]
 LEGACY = "import tensorflow as tf\ntf.train.experimental.DynamicLossScale()\n"
@@ -147,3 +148,42 @@ def test_console_script_and_pre_commit_hooks(tmp_path):
         done = subprocess.run([script, *entry.split()[1:], "--help"],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
+
+
+def test_command_line_errors_are_one_line_and_status_2(tmp_path):
+    from tf_lso import __main__ as cli
+
+    def error(argv):
+        done = subprocess.run(
+            [sys.executable, "-m", "tf_lso", *argv], capture_output=True,
+            text=True, timeout=120, cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 2, (argv, done.stderr)
+        assert "Traceback" not in done.stderr
+        return done.stderr.strip().splitlines()[-1]
+
+    assert error(["run", "missing.py", "--x"]) == (
+        "python -m tf_lso run: error: no such file: 'missing.py'")
+    # The script's arguments are optional.
+    assert error(["run"]) == ("python -m tf_lso run: error: the following "
+                              "arguments are required: script")
+    assert error(["check", "missing_dir"]) == (
+        "python -m tf_lso check: error: no such file or directory: "
+        "'missing_dir'")
+    assert error(["frobnicate"]).startswith("python -m tf_lso: error: ")
+    for command in ("run", "check"):
+        with pytest.raises(SystemExit) as done:
+            cli.main([command, "--help"])
+        assert done.value.code == 0
+
+
+def test_help_shows_examples(capsys):
+    from tf_lso import __main__ as cli
+
+    for command, example in (
+            ([], "python -m tf_lso run old_train.py --epochs 3"),
+            (["run"], "python -m tf_lso run old_train.py --epochs 3"),
+            (["check"], "python -m tf_lso check --fix --write src/")):
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        assert example in capsys.readouterr().out, command

@@ -18,6 +18,14 @@ import sys
 
 from tf_lso._migration import report
 
+_RUN_EXAMPLE = "{prog} run old_train.py --epochs 3"
+_CHECK_EXAMPLES = (
+    "  {prog} check src/ notebooks/\n"
+    "  {prog} check --format sarif --fail-on warning src/ > tf_lso.sarif\n"
+    "  {prog} check --fix src/            # preview the rewrite\n"
+    "  {prog} check --fix --write src/    # apply it (needs tf_lso[migrate])"
+)
+
 
 def main(argv=None, prog="python -m tf_lso"):
     """Runs a command; returns the exit status (argparse exits with 2)."""
@@ -25,17 +33,31 @@ def main(argv=None, prog="python -m tf_lso"):
         prog=prog,
         description="Run TF 2.1-2.4 mixed-precision code on current "
         "TensorFlow, with the legacy names provided by tf_lso.",
+        epilog=f"examples:\n  {_RUN_EXAMPLE.format(prog=prog)}\n"
+        f"{_CHECK_EXAMPLES.format(prog=prog)}\nsee docs/migration.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
-        "run", help="run a script with tf_lso.install() in effect"
+        "run", help="run a script with tf_lso.install() in effect",
+        description="Runs an unmodified TF 2.1-2.4 script as __main__ with "
+        "tf_lso.install() in effect: the legacy mixed-precision names "
+        "resolve to tf_lso's.",
+        epilog=f"example:\n  {_RUN_EXAMPLE.format(prog=prog)}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("script", help="the Python script to run")
-    run.add_argument("args", nargs=argparse.REMAINDER,
-                     help="arguments passed on to the script")
+    script_args = run.add_argument(
+        "args", nargs=argparse.REMAINDER,
+        help="arguments passed on to the script (optional)")
+    script_args.required = False  # argparse would list it as required.
     check = commands.add_parser(
         "check", help="report legacy mixed-precision code; --fix rewrites "
-        "the legacy names to tf_lso's"
+        "the legacy names to tf_lso's",
+        description="Reports legacy mixed-precision code and what behaves "
+        "differently on TF 2.16+ / Keras 3. Needs no TensorFlow.",
+        epilog=f"examples:\n{_CHECK_EXAMPLES.format(prog=prog)}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check.add_argument("paths", nargs="+", metavar="PATH",
                        help=".py or .ipynb files, or directories to search")
@@ -63,14 +85,19 @@ def main(argv=None, prog="python -m tf_lso"):
     args = parser.parse_args(argv)
     if args.command == "check":
         if args.write and not args.fix:
-            parser.error("--write needs --fix")
+            check.error("--write needs --fix")
         try:
             args.select = report.rule_ids(args.select)
             args.ignore = report.rule_ids(args.ignore)
         except ValueError as e:
-            parser.error(str(e))
+            check.error(str(e))
+        for path in args.paths:
+            if not os.path.exists(path):
+                check.error(f"no such file or directory: {path!r}")
         return _check(args)
 
+    if not os.path.isfile(args.script):
+        run.error(f"no such file: {args.script!r}")
     import tf_lso
 
     tf_lso.install()
