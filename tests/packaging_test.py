@@ -141,3 +141,13 @@ def test_no_runtime_type_unions_below_python_3_10():
     found = [u for p in sorted((ROOT / "tf_lso").rglob("*.py"))
              for u in _runtime_unions(p)]
     assert not found, found
+
+
+def test_changelog_uses_only_keep_a_changelog_sections():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    versions = re.findall(r"^## (.+)$", text, re.M)
+    assert versions[0] == "Unreleased"
+    sections = re.findall(r"^### (.+)$", text, re.M)
+    assert sections
+    assert set(sections) <= {"Added", "Changed", "Deprecated", "Removed",
+                             "Fixed", "Security"}, sections
