@@ -49,8 +49,10 @@ setuptools.setup(
         ],
         # `python -m tf_lso check --fix` (the check itself needs nothing).
         "migrate": ["libcst>=1.1"],
-        # examples/plot_training_health.py.
-        "examples": ["matplotlib"],
+        # What the examples use beyond TensorFlow: matplotlib for
+        # plot_training_health.py, TensorBoard for tf.summary in
+        # legacy/checkpoint_loop.py (TensorFlow 2.16+ no longer installs it).
+        "examples": ["matplotlib", "tensorboard"],
     },
     entry_points={
         # `tf-lso check PATH...` (also `python -m tf_lso ...`).

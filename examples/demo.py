@@ -1,10 +1,14 @@
 """tf_lso demo: a small mixed_float16 training run showing the loss scale work.
 
-Trains a small MLP for 300 steps with a TF 2.1-2.3 style custom loop
-(`get_scaled_loss` / `get_unscaled_gradients` / `apply_gradients`) and the
-experimental API. Every 60 steps, starting at step 45, a batch is blown up so
-that float16 overflows: that step is skipped (weights untouched) and the loss
-scale halves. Between overflows the scale grows again every 20 finite steps.
+Trains a small MLP for 300 steps with a TF 2.x style custom loop
+(`get_scaled_loss` / `get_unscaled_gradients` / `apply_gradients`) and TF
+2.4's `LossScaleOptimizer`. Every 60 steps, starting at step 45, a batch is
+blown up so that float16 overflows: that step is skipped (weights untouched,
+`opt.skipped_steps` counts it) and the loss scale halves. Between overflows
+the scale grows again every 20 finite steps.
+
+    python examples/demo.py             # TensorFlow's start-up notices hidden
+    python examples/demo.py --tf-logs   # shown
 """
 
 import contextlib
@@ -60,13 +64,10 @@ def main():
         keras.layers.Dense(64, activation="relu"),
         keras.layers.Dense(1, dtype="float32"),
     ])
-    loss_scale = tf_lso.experimental.DynamicLossScale(
-        initial_loss_scale=2**10, increment_period=20
+    opt = tf_lso.LossScaleOptimizer(
+        keras.optimizers.Adam(1e-3), initial_scale=2**10,
+        dynamic_growth_steps=20,
     )
-    opt = tf_lso.experimental.LossScaleOptimizer(
-        keras.optimizers.Adam(1e-3), loss_scale
-    )
-    skipped = tf.Variable(0, dtype=tf.int64)
 
     rng = np.random.default_rng(0)
     true_w = rng.normal(size=(16, 1)).astype("float32")
@@ -79,10 +80,6 @@ def main():
         grads = opt.get_unscaled_gradients(
             tape.gradient(scaled_loss, model.trainable_variables)
         )
-        finite = tf.reduce_all(
-            [tf.reduce_all(tf.math.is_finite(g)) for g in grads]
-        )
-        skipped.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
@@ -99,10 +96,11 @@ def main():
             loss = train_step(tf.constant(x), tf.constant(y))
         if step % 15 == 0 or step in OVERFLOW_STEPS:
             mark = "  <- overflow, step skipped" if step in OVERFLOW_STEPS else ""
-            print(f"{step:>5} {float(opt.loss_scale()):>11.0f} "
-                  f"{int(skipped):>8} {float(loss):>10.4g}{mark}")
+            print(f"{step:>5} {float(opt.loss_scale):>11.0f} "
+                  f"{int(opt.skipped_steps.numpy()):>8} "
+                  f"{float(loss):>10.4g}{mark}")
     print(f"done: {int(opt.iterations.numpy())} iterations, "
-          f"{int(skipped)} skipped, "
+          f"{int(opt.skipped_steps.numpy())} skipped, "
           f"final loss scale {float(opt.loss_scale):.0f}")
 
 

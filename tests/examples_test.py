@@ -53,3 +53,38 @@ def test_training_health_plot(tmp_path):
     assert lines[1].startswith("last overflow: Overflow(step=150, count=")
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not _TF_LOG.search(done.stderr), done.stderr
+
+
+def test_examples_pass_the_checker():
+    # The code users copy. examples/legacy/ shows legacy code on purpose.
+    from tf_lso._migration import check
+
+    examples = _DEMO.parent
+    files = [p for p in check.python_files([examples])
+             if "legacy" not in p.relative_to(examples).parts]
+    assert len(files) >= 3
+    findings = [f for path in files for f in check.check_file(path)]
+    assert findings == []
+
+
+def test_checkpoint_example_without_tensorboard_says_what_to_install(
+        tmp_path):
+    script = _DEMO.parent / "legacy" / "checkpoint_loop.py"
+    code = (
+        "import runpy, sys\n"
+        "class NoTensorBoard:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'tensorboard':\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, NoTensorBoard())\n"
+        f"sys.argv = ['tf_lso', 'run', {str(script)!r}, '5']\n"
+        "runpy.run_module('tf_lso', run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "This example logs with tf.summary, which needs TensorBoard on "
+        "TensorFlow 2.16+: pip install tensorboard (or pip install "
+        '"tf_lso[examples]").')

@@ -16,6 +16,9 @@ import pytest
 
 from tf_lso._migration import fix as migration_fix
 
+import migration_util
+
+pytestmark = migration_util.needs_libcst  # The third way is --fix's.
 LEGACY = pathlib.Path(__file__).parents[1] / "examples" / "legacy"
 
 # Script and the argument for a short run.

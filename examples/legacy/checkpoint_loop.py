@@ -1,8 +1,10 @@
 """TF 2.1-2.3 style: log opt.loss_scale() and checkpoint with tf.train.Checkpoint.
 
 Trains, checkpoints every 20 steps, provokes an overflow now and then, then
-restores the last checkpoint into fresh objects. Unmodified legacy code; run
-it with `python -m tf_lso run examples/legacy/checkpoint_loop.py`.
+restores the last checkpoint into fresh objects. Legacy code, run with
+`python -m tf_lso run examples/legacy/checkpoint_loop.py`. It logs with
+`tf.summary`, which needs TensorBoard on TensorFlow 2.16+
+(`pip install tensorboard`, or `pip install "tf_lso[examples]"`).
 """
 
 import os
@@ -12,6 +14,13 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
+
+try:
+    import tensorboard  # noqa: F401 - what tf.summary needs on TF 2.16+.
+except ImportError:
+    sys.exit('This example logs with tf.summary, which needs TensorBoard on '
+             'TensorFlow 2.16+: pip install tensorboard '
+             '(or pip install "tf_lso[examples]").')
 
 random.seed(0)
 np.random.seed(0)
@@ -55,7 +64,8 @@ for step in range(1, STEPS + 1):
     x = np.random.normal(size=(32, 4)).astype('float32')
     y = x.sum(axis=1, keepdims=True)
     if step % 15 == 0:
-        y = y * 1e38  # the gradients overflow: this step is skipped
+        with np.errstate(over='ignore'):
+            y = y * 1e38  # the gradients overflow: this step is skipped
     loss = train_step(x, y)
     with summary_writer.as_default():
         tf.summary.scalar('loss_scale', opt.loss_scale(), step=step)
@@ -65,8 +75,12 @@ for step in range(1, STEPS + 1):
         manager.save()
 
 restored_model, restored_opt = make_model_and_optimizer()
+# Keras 3 optimizers create their slots when built: building before the
+# restore fills them now (else they wait for the first step, and deleting the
+# objects before one warns about "Value in checkpoint could not be found").
+restored_opt.build(restored_model.trainable_variables)
 tf.train.Checkpoint(model=restored_model, optimizer=restored_opt).restore(
-    manager.latest_checkpoint)
+    manager.latest_checkpoint).assert_consumed()
 print('restored loss scale %d' % restored_opt.loss_scale())
 print('result loss_scale', float(opt.loss_scale()))
 print('result restored_loss_scale', float(restored_opt.loss_scale()))
