@@ -12,11 +12,10 @@ import re
 import subprocess
 import sys
 
+import migration_util
 import pytest
 
 from tf_lso._migration import fix as migration_fix
-
-import migration_util
 
 pytestmark = migration_util.needs_libcst  # The third way is --fix's.
 LEGACY = pathlib.Path(__file__).parents[1] / "examples" / "legacy"
