@@ -1,16 +1,21 @@
-"""Plot the loss scale and skipped steps of a training run that overflows.
+"""Plot the loss scale, the loss and the skipped steps of a training run.
 
 Trains a small mixed_float16 model with `tf_lso.LossScaleOptimizer` in a
 custom loop. Batches 60-64 and every 50th batch after 100 have huge targets,
 so their float16 gradients overflow: those steps are skipped and the scale
-halves; between them it doubles every 20 finite steps. Saves a PNG with the
-loss scale (log scale) and the skipped-step count per step, and prints what
-`opt.last_overflow` says about the last skipped step.
+halves; between them it doubles every 20 finite steps. Saves a PNG: the loss
+scale as a step curve on a log2 axis with the skipped steps marked on it, and
+the loss. Prints what `opt.last_overflow` says about the last skipped step,
+and where the PNG went (by default the system's temporary directory).
 
 Needs matplotlib: `pip install "tf_lso[examples]"`.
 
+    python examples/plot_training_health.py
     python examples/plot_training_health.py --steps 300 --output health.png
 """
+
+import os
+import tempfile
 
 import argparse
 
@@ -24,7 +29,12 @@ def _bad(step):
 
 
 def train(steps):
-    """Runs the training; returns (loss scales, skipped counts, optimizer)."""
+    """Runs the training.
+
+    Returns:
+        (the loss scale each step was taken with, whether each step was
+        skipped, each step's loss, the optimizer).
+    """
     import keras
     import numpy as np
     import tensorflow as tf
@@ -56,21 +66,30 @@ def train(steps):
         grads = opt.get_unscaled_gradients(
             tape.gradient(scaled_loss, model.trainable_variables))
         opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
 
-    scales, skipped = [], []
+    scales, skipped, losses = [], [], []
     for step in range(steps):
+        scales.append(float(opt.loss_scale))
+        before = int(opt.skipped_steps.numpy())
         if step == 0:  # Tracing logs kernel notices.
             with tensorflow_notices_silenced():
-                train_step(x, y)
+                loss = train_step(x, y)
         else:
-            train_step(x, y * (6e4 if _bad(step) else 1.0))
-        scales.append(float(opt.loss_scale))
-        skipped.append(int(opt.skipped_steps.numpy()))
-    return scales, skipped, opt
+            loss = train_step(x, y * (6e4 if _bad(step) else 1.0))
+        skipped.append(int(opt.skipped_steps.numpy()) > before)
+        losses.append(float(loss))
+    return scales, skipped, losses, opt
 
 
-def plot(scales, skipped, output):
-    """Saves the two curves to `output` (a PNG) with matplotlib."""
+def figure(scales, skipped, losses):
+    """The plot, as a matplotlib Figure with two axes: scale and loss.
+
+    Args:
+        scales: The loss scale each step was taken with.
+        skipped: Whether each step was skipped.
+        losses: Each step's loss.
+    """
     try:
         import matplotlib
     except ImportError as e:
@@ -81,29 +100,48 @@ def plot(scales, skipped, output):
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, (top, bottom) = pyplot.subplots(2, 1, sharex=True,
-                                            figsize=(8, 5))
-    top.semilogy(scales, base=2)
-    top.set_ylabel("loss scale")
-    bottom.step(range(len(skipped)), skipped, where="post", color="C3")
-    bottom.set_ylabel("skipped steps")
+    steps = range(len(scales))
+    bad = [step for step in steps if skipped[step]]
+    result, (top, bottom) = pyplot.subplots(2, 1, sharex=True,
+                                            figsize=(9, 6))
+    result.suptitle(f"Loss scaling over {len(scales)} steps: {len(bad)} "
+                    "skipped for non-finite gradients")
+    # A step curve: the scale only ever jumps (x2 after a run of finite
+    # steps, /2 at a skipped step), so a line would draw false slopes.
+    top.step(steps, scales, where="post", label="loss scale")
+    top.plot(bad, [scales[step] for step in bad], "x", color="C3",
+             markersize=8, label="skipped step (scale then halved)")
+    top.set_yscale("log", base=2)
+    top.set_ylabel("loss scale (log2)")
+    top.legend(loc="lower right")
+    bottom.plot(steps, losses, color="C2", label="loss")
+    bottom.plot(bad, [losses[step] for step in bad], "x", color="C3",
+                markersize=8, label="skipped step")
+    bottom.set_yscale("log")
+    bottom.set_ylabel("loss (log)")
     bottom.set_xlabel("step")
-    figure.tight_layout()
-    figure.savefig(output)
+    bottom.legend(loc="upper right")
+    result.tight_layout()
+    return result
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--output", default="training_health.png")
+    parser.add_argument(
+        "--output",
+        default=os.path.join(tempfile.gettempdir(),
+                             "tf_lso_training_health.png"),
+        help="where to save the PNG (default: %(default)s)")
     parser.add_argument("--tf-logs", action="store_true",
                         help="show TensorFlow's start-up notices")
     args = parser.parse_args(argv)
-    scales, skipped, opt = train(args.steps)
-    plot(scales, skipped, args.output)
-    print(f"final loss scale {scales[-1]:g}, skipped steps {skipped[-1]}")
+    scales, skipped, losses, opt = train(args.steps)
+    figure(scales, skipped, losses).savefig(args.output)
+    print(f"final loss scale {float(opt.loss_scale):g}, skipped steps "
+          f"{sum(skipped)}")
     print(f"last overflow: {opt.last_overflow}")
-    print(f"saved {args.output}")
+    print(f"saved the plot to {os.path.abspath(args.output)}")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ def test_training_health_plot(tmp_path):
     # (steps 84, 104, 124, 144) 2**14, the halving at 150: 2**13.
     assert lines[0] == "final loss scale 8192, skipped steps 6"
     assert lines[1].startswith("last overflow: Overflow(step=150, count=")
+    assert lines[2] == f"saved the plot to {output}"
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not _TF_LOG.search(done.stderr), done.stderr
 
@@ -88,3 +89,38 @@ def test_checkpoint_example_without_tensorboard_says_what_to_install(
         "This example logs with tf.summary, which needs TensorBoard on "
         "TensorFlow 2.16+: pip install tensorboard (or pip install "
         '"tf_lso[examples]").')
+
+
+def test_training_health_figure():
+    # A person reads off when and why the scale moved: steps on a log2
+    # axis, the skipped steps marked, the loss below, a title and labels.
+    pytest.importorskip(
+        "matplotlib", reason="the plot example needs matplotlib: pip install "
+        "'tf_lso[examples]'")
+    sys.path.insert(0, str(_DEMO.parent))
+    try:
+        import plot_training_health
+    finally:
+        sys.path.remove(str(_DEMO.parent))
+    scales = [8.0, 8.0, 16.0, 8.0, 8.0]
+    skipped = [False, False, True, False, False]
+    losses = [3.0, 2.0, 1e9, 1.5, 1.0]
+    figure = plot_training_health.figure(scales, skipped, losses)
+    assert figure.get_suptitle() == (
+        "Loss scaling over 5 steps: 1 skipped for non-finite gradients")
+    top, bottom = figure.axes
+    assert (top.get_yscale(), top.yaxis.get_transform().base) == ("log", 2)
+    assert top.get_ylabel() == "loss scale (log2)"
+    curve, marks = top.get_lines()
+    assert curve.get_drawstyle() == "steps-post"
+    assert list(curve.get_ydata()) == scales
+    assert (list(marks.get_xdata()), list(marks.get_ydata())) == ([2], [16.0])
+    assert marks.get_linestyle() == "None" and marks.get_marker() == "x"
+    loss, loss_marks = bottom.get_lines()
+    assert list(loss.get_ydata()) == losses
+    assert list(loss_marks.get_xdata()) == [2]
+    assert bottom.get_yscale() == "log"
+    assert (bottom.get_xlabel(), bottom.get_ylabel()) == ("step",
+                                                          "loss (log)")
+    assert [t.get_text() for t in top.get_legend().get_texts()] == [
+        "loss scale", "skipped step (scale then halved)"]
