@@ -1,10 +1,12 @@
 """The TensorFlow/Keras pairs tf_lso supports, each a nox session.
 
-    nox -t ci      # lint, the migration tool without TensorFlow, then the
-                   # oldest and the newest pair (the README's test command)
+    nox -t ci      # lint, the migration tool without TensorFlow, the
+                   # packages as installed, then the oldest and the newest
+                   # pair (the README's test command)
     nox -s tests   # every pair of the matrix
     nox -s lint    # ruff (configured in ruff.toml)
     nox -s checker # `python -m tf_lso check` and its tests, no TensorFlow
+    nox -s package # wheel + sdist, twine check, a clean install's smoke test
     nox -s "tests(tf2.18.1-keras3.8.0)"   # one pair; `-- -k name` picks tests
     nox -s older_pythons   # the oldest pair on Python 3.9 and 3.10 (needs
                            # python3.9 and python3.10 on PATH)
@@ -18,11 +20,14 @@ tests/packaging_test.py checks that the matrix covers setup.py's ranges and
 matches the tables in README.md and docs/index.md.
 """
 
+import pathlib
+import shutil
+
 import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "checker", "tests"]
+nox.options.sessions = ["lint", "checker", "package", "tests"]
 RUFF = "ruff==0.16.9"
 
 # (TensorFlow, Keras, tf_keras, tags). Every TensorFlow minor version from 2.16
@@ -74,6 +79,61 @@ def checker(session):
     )  # Fails if any of them is installed: the session would prove nothing.
     session.run("python", "-m", "pytest", "-q", *CHECKER_TESTS,
                 *session.posargs)
+
+
+# Builds the distributions and checks them as users install them.
+BUILD = "build==1.3.0"
+TWINE = "twine==6.2.0"
+_SMOKE = """
+import importlib.resources
+import keras
+import tensorflow as tf
+import tf_lso
+
+assert importlib.resources.files("tf_lso").joinpath("py.typed").is_file()
+opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=8)
+var = tf.Variable(2.0)
+with tf.GradientTape() as tape:
+    loss = opt.get_scaled_loss(var * 3.0)
+grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+opt.apply_gradients(zip(grads, [var]))
+assert float(var) == -1.0, float(var)
+print("smoke test passed:", tf_lso.__version__)
+"""
+
+
+@nox.session(python="3.11", tags=["ci"])
+def package(session):
+    """The wheel and sdist as users get them.
+
+    Builds both (`python -m build`), checks their metadata and that the
+    README renders as the package page (`twine check --strict`), installs
+    the wheel with its `tensorflow` extra into a new virtualenv, and runs a
+    smoke test there: an import, one training step, the `py.typed` marker,
+    and both spellings of the command line.
+    """
+    session.install(BUILD, TWINE)
+    dist = pathlib.Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist), ".")
+    wheels, sdists = list(dist.glob("*.whl")), list(dist.glob("*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        session.error(f"expected one wheel and one sdist, got {wheels + sdists}")
+    session.run("twine", "check", "--strict", *map(str, wheels + sdists))
+    venv = dist.parent / "clean-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run("python", "-m", "venv", str(venv))
+    bin_dir = venv / "bin"
+    tensorflow, keras, _, _ = MATRIX[-1]
+    session.run(str(bin_dir / "pip"), "install", "-q",
+                f"{wheels[0]}[tensorflow]", f"tensorflow=={tensorflow}",
+                f"keras=={keras}", external=True)
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    session.run(str(bin_dir / "python"), "-c", _SMOKE, external=True, env=env)
+    session.run(str(bin_dir / "python"), "-m", "tf_lso", "check", "--help",
+                external=True, silent=True)
+    session.run(str(bin_dir / "tf-lso"), "check", "--help", external=True,
+                silent=True)
 
 
 @nox.session(python="3.11")

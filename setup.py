@@ -31,6 +31,8 @@ setuptools.setup(
     long_description=(_HERE / "README.md").read_text(),
     long_description_content_type="text/markdown",
     packages=setuptools.find_packages(include=["tf_lso", "tf_lso.*"]),
+    # PEP 561: type checkers read the package's own annotations.
+    package_data={"tf_lso": ["py.typed"]},
     python_requires=">=3.9",
     install_requires=[],
     extras_require={
