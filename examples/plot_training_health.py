@@ -14,10 +14,9 @@ Needs matplotlib: `pip install "tf_lso[examples]"`.
     python examples/plot_training_health.py --steps 300 --output health.png
 """
 
+import argparse
 import os
 import tempfile
-
-import argparse
 
 # The demo's helper: TensorFlow's start-up notices stay hidden unless
 # --tf-logs is given. Importing the demo imports TensorFlow (quietly).
