@@ -11,7 +11,9 @@ and where the PNG went (by default the system's temporary directory).
 Needs matplotlib: `pip install "tf_lso[examples]"`.
 
     python examples/plot_training_health.py
-    python examples/plot_training_health.py --steps 300 --output health.png
+
+`--output PATH` saves the PNG elsewhere, `--steps N` trains longer or
+shorter.
 """
 
 import argparse

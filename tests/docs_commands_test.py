@@ -1,0 +1,212 @@
+"""Every command README.md, docs/ and the examples' docstrings show works.
+
+The commands are found, not listed: shell lines of the fenced code blocks
+that are not Python, command lines of the examples' module docstrings, and
+inline code spans that are a whole command (`pip install ...`, a command
+that names a file or a path, `.venv/bin/...`, `nox ...`). Each runs in this
+suite's environment, in a scratch directory where `examples/` is the
+repository's: `python` and `.venv/bin/python` are this interpreter, `tf-lso`
+its console script. It must end with status 0 (1 for `check`, which found
+something) and no traceback. `pip install` commands are checked, not run:
+the extras they name exist in setup.py and what they install is installed
+here. `NOT_RUN` holds the few that cannot run, each with its reason; a
+command it lists that no document shows any more fails the test, so the list
+stays true.
+"""
+
+import ast
+import importlib.metadata
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))
+
+_SETUP = "the virtualenv set-up of a new machine: this suite runs in one"
+_SUITE = "the test command itself (.ci/run runs it)"
+_BENCHMARK = ("a benchmark: its numbers are docs/performance.md's, measured "
+              "over an hour; `nox -s benchmarks` runs them")
+NOT_RUN = {
+    'python3.11 -m venv .venv && .venv/bin/pip install -q "nox==2026.10.20" '
+    "&& .venv/bin/nox -t ci": _SUITE,
+    ".venv/bin/nox -s tests": "every pair of the matrix: about an hour",
+    '.venv/bin/nox -s "tests(tf2.18.1-keras3.8.0)"':
+        "one pair of the matrix: the suite again, in its own virtualenv",
+    '.venv/bin/pip install -q -e ".[tensorflow,test]" && .venv/bin/python '
+    "-m pytest -q tests": _SUITE,
+    "nox -s older_pythons": "needs python3.9 and python3.10 on PATH",
+    "nox -s tests": "every pair of the matrix: about an hour",
+    'python3.11 -m venv .venv && .venv/bin/pip install -q "nox==2026.10.20" '
+    "&& .venv/bin/nox -s benchmarks": _BENCHMARK,
+    ".venv/bin/nox -s benchmarks -- ablation.py --mirrored": _BENCHMARK,
+    ".venv/bin/python benchmarks/ablation.py --output '' --modes tf.function "
+    '--shapes "MLP 100 layers x 32 (200 vars)" "1000 independent vars" '
+    "--variants cond_check tf_lso_keras": _BENCHMARK,
+    ".venv/bin/python benchmarks/compare_revisions.py f5f75ad~1 --rounds 40 "
+    "--round-seconds 0.3": _BENCHMARK,
+    "python -m tf_lso run OLD_SCRIPT.py [args…]":
+        "a template: OLD_SCRIPT.py is the reader's script",
+    "python -m tf_lso run old_script.py [args…]":
+        "a template: old_script.py is the reader's script",
+    "python examples/multi_worker.py [--steps N]":
+        "a template of the two commands below it",
+}
+# Files a command names that the reader brings: made in the scratch
+# directory.
+READER_FILES = {
+    "train.py": "import tensorflow as tf\n"
+                "opt = tf.keras.mixed_precision.experimental."
+                "LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')\n",
+}
+_COMMAND = re.compile(
+    r"^(?:python(?:3(?:\.\d+)?)?|\.venv/bin/\S+|tf-lso|pip|nox) \S")
+
+
+def _is_whole_command(span):
+    """Whether an inline code span is a command one can run as it is."""
+    if not _COMMAND.match(span):
+        return False
+    words = span.split()
+    return words[0] in ("pip", "nox") or words[0].startswith(".venv/") or any(
+        "/" in word or word.endswith(".py") for word in words[1:])
+
+
+def _docstring_commands(path):
+    """Command lines and inline commands of an example's module docstring."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    found = [line.split("  #")[0].strip() for line in doc.splitlines()
+             if _COMMAND.match(line.strip())]
+    found += [span for span in map(_collapse, re.findall(r"`([^`]+)`", doc))
+              if _is_whole_command(span)]
+    return found
+
+
+def _collapse(text):
+    return " ".join(text.split())
+
+
+def shown_commands():
+    """{command: the file that shows it}, for every document and example."""
+    shown = {}
+    for path in DOCUMENTS:
+        text = path.read_text()
+        for language, body in re.findall(r"^```(\w*)\n(.*?)^```", text,
+                                         re.M | re.S):
+            if language not in ("", "sh", "bash", "shell", "console"):
+                continue
+            for line in body.splitlines():
+                line = line.strip().removeprefix("$ ")
+                if _COMMAND.match(line):
+                    shown.setdefault(line, path.name)
+        prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+        for span in map(_collapse, re.findall(r"`([^`]+)`", prose)):
+            if _is_whole_command(span):
+                shown.setdefault(span, path.name)
+    for path in EXAMPLES:
+        for command in _docstring_commands(path):
+            shown.setdefault(command, str(path.relative_to(ROOT)))
+    return shown
+
+
+SHOWN = shown_commands()
+
+
+def _extras():
+    """setup.py's extras_require, read without running setup.py."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "extras_require":
+            return ast.literal_eval(node.value)
+    raise AssertionError("setup.py has no extras_require")
+
+
+def _check_install(words):
+    """A `pip install` command: what it names exists and is installed."""
+    extras = _extras()
+    for word in words[2:]:
+        if word.startswith("-"):
+            continue
+        match = re.fullmatch(r"(?:tf_lso|\.)\[([\w,]+)\]", word)
+        if match:
+            for extra in match.group(1).split(","):
+                assert extra in extras, f"setup.py has no extra {extra!r}"
+                if extra == "cpu":  # The alternative to `tensorflow`.
+                    continue
+                for requirement in extras[extra]:
+                    name = re.split(r"[<>=!\[ ]", requirement)[0]
+                    importlib.metadata.version(name)  # Installed here.
+        else:
+            importlib.metadata.version(re.split(r"[<>=!\[ ]", word)[0])
+
+
+def _argv(words):
+    program = words[0]
+    if program in ("python", "python3", "python3.11", ".venv/bin/python"):
+        return [sys.executable] + words[1:]
+    if program in ("tf-lso", ".venv/bin/tf-lso"):
+        script = shutil.which("tf-lso", path=os.path.dirname(sys.executable))
+        assert script, "no tf-lso script: pip install -e ."
+        return [script] + words[1:]
+    raise AssertionError(f"cannot run {program!r}: add it to NOT_RUN")
+
+
+def test_every_shown_command_is_found_and_not_run_is_true():
+    assert len(SHOWN) >= 10, SHOWN
+    stale = sorted(set(NOT_RUN) - set(SHOWN))
+    assert not stale, f"NOT_RUN lists commands no document shows: {stale}"
+
+
+def _runs(command):
+    """What running `command` executes: its parts, as argv tuples."""
+    return tuple(tuple(_argv(shlex.split(part))) if not _is_set_up(part)
+                 else part for part in command.split(" && "))
+
+
+def _is_set_up(part):
+    words = shlex.split(part)
+    return words[:3] == ["python3.11", "-m", "venv"] or (
+        words[0].endswith("pip") and words[1] == "install")
+
+
+def _distinct(commands):
+    """One command per distinct run (`python x.py` is `.venv/bin/python
+    x.py`), so that nothing runs twice."""
+    seen, kept = set(), []
+    for command in sorted(commands, key=len, reverse=True):
+        runs = [run for run in _runs(command) if isinstance(run, tuple)]
+        if runs and all(run in seen for run in runs):
+            continue
+        seen.update(runs)
+        kept.append(command)
+    return sorted(kept)
+
+
+@pytest.mark.parametrize("command", _distinct(set(SHOWN) - set(NOT_RUN)))
+def test_shown_command_works(command, tmp_path):
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    for name, text in READER_FILES.items():
+        (tmp_path / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    for part in command.split(" && "):
+        words = shlex.split(part)
+        if words[:3] == ["python3.11", "-m", "venv"]:
+            continue  # The suite's environment is set up already.
+        if words[0].endswith("pip") and words[1] == "install":
+            _check_install(words)
+            continue
+        done = subprocess.run(_argv(words), capture_output=True, text=True,
+                              timeout=600, cwd=tmp_path, env=env)
+        expected = (0, 1) if words[1:4] == ["-m", "tf_lso", "check"] or (
+            words[0].endswith("tf-lso") and words[1] == "check") else (0,)
+        assert done.returncode in expected, (
+            f"{command!r} (shown in {SHOWN[command]}) ended with status "
+            f"{done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        assert "Traceback" not in done.stderr, (command, done.stderr[-3000:])
