@@ -23,14 +23,17 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 
+import legacy_examples_test
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))
 
-_SETUP = "the virtualenv set-up of a new machine: this suite runs in one"
+_LEGACY = ("run as shown by tests/legacy_examples_test.py, which compares "
+           "its results with two other ways to run the script")
 _SUITE = "the test command itself (.ci/run runs it)"
 _BENCHMARK = ("a benchmark: its numbers are docs/performance.md's, measured "
               "over an hour; `nox -s benchmarks` runs them")
@@ -58,6 +61,8 @@ NOT_RUN = {
         "a template: old_script.py is the reader's script",
     "python examples/multi_worker.py [--steps N]":
         "a template of the two commands below it",
+    **{f"python -m tf_lso run examples/legacy/{script}": _LEGACY
+       for script in legacy_examples_test.SCRIPTS},
 }
 # Files a command names that the reader brings: made in the scratch
 # directory.
@@ -162,6 +167,56 @@ def test_every_shown_command_is_found_and_not_run_is_true():
     assert len(SHOWN) >= 10, SHOWN
     stale = sorted(set(NOT_RUN) - set(SHOWN))
     assert not stale, f"NOT_RUN lists commands no document shows: {stale}"
+    # legacy_examples_test runs the scripts with no arguments, as shown.
+    legacy = {c for c in SHOWN if c.startswith("python -m tf_lso run "
+                                                "examples/legacy/")}
+    assert legacy == {f"python -m tf_lso run examples/legacy/{script}"
+                      for script in legacy_examples_test.SCRIPTS}
+
+
+# absl/TF C++ log lines ("I0000 00:00:..."), and the notices they carry.
+_TF_LOG = re.compile(r"^[IWEF]\d{4} |oneDNN|cuda|cpu_feature_guard",
+                     re.MULTILINE)
+
+
+def _demo(done, tmp_path):
+    """The README's demo: the loss scale at work, and quiet."""
+    del tmp_path
+    assert done.stdout.splitlines()[-1] == (
+        "done: 300 iterations, 5 skipped, final loss scale 32768")
+    assert done.stdout.count("<- overflow, step skipped") == 5
+    assert not _TF_LOG.search(done.stderr), done.stderr
+
+
+def _demo_with_notices(done, tmp_path):
+    del tmp_path
+    assert _TF_LOG.search(done.stderr), done.stderr
+
+
+def _plot(done, tmp_path):
+    del tmp_path
+    lines = done.stdout.splitlines()
+    # Steps 60-64, 150, 200 and 250 overflow: 2**12 doubles every 20 finite
+    # steps (2**15 by step 59), five halvings give 2**10, doublings at 84,
+    # 104, 124 and 144 2**14, the halving at 150 2**13, 170 and 190 2**15,
+    # 200 2**14, 220 and 240 2**16, 250 2**15, 270 and 290 2**17; at that
+    # scale step 291's float16 gradients overflow: 2**16.
+    assert lines[0] == "final loss scale 65536, skipped steps 9"
+    assert lines[1].startswith("last overflow: Overflow(step=291, count=")
+    output = pathlib.Path(tempfile.gettempdir(), "tf_lso_training_health.png")
+    assert lines[2] == f"saved the plot to {output}"
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not _TF_LOG.search(done.stderr), done.stderr
+
+
+# What some commands must print, beyond their status.
+OUTPUT = {
+    'python3.11 -m venv .venv && .venv/bin/pip install -q -e '
+    '".[tensorflow,examples,migrate]" && .venv/bin/python examples/demo.py':
+        _demo,
+    "python examples/demo.py --tf-logs": _demo_with_notices,
+    "python examples/plot_training_health.py": _plot,
+}
 
 
 def _runs(command):
@@ -210,3 +265,5 @@ def test_shown_command_works(command, tmp_path):
             f"{command!r} (shown in {SHOWN[command]}) ended with status "
             f"{done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
         assert "Traceback" not in done.stderr, (command, done.stderr[-3000:])
+        if command in OUTPUT:
+            OUTPUT[command](done, tmp_path)

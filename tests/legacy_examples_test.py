@@ -20,13 +20,10 @@ from tf_lso._migration import fix as migration_fix
 pytestmark = migration_util.needs_libcst  # The third way is --fix's.
 LEGACY = pathlib.Path(__file__).parents[1] / "examples" / "legacy"
 
-# Script and the argument for a short run.
-SCRIPTS = {
-    "custom_loop.py": "60",
-    "compile_fit.py": "2",
-    "mirrored_loop.py": "50",
-    "checkpoint_loop.py": "45",
-}
+# Run as their docstrings show them (docs_commands_test relies on that):
+# with no arguments, a short run.
+SCRIPTS = ("checkpoint_loop.py", "compile_fit.py", "custom_loop.py",
+           "mirrored_loop.py")
 
 
 def _run(args, tmp_path):
@@ -47,12 +44,11 @@ def _results(stdout):
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_runs_unmodified_and_matches_tf_lso_api(script, tmp_path):
     path = LEGACY / script
-    arg = SCRIPTS[script]
-    via_run = _run(["-m", "tf_lso", "run", str(path), arg], tmp_path)
+    via_run = _run(["-m", "tf_lso", "run", str(path)], tmp_path)
     via_install = _run([
         "-c",
         "import runpy, sys, tf_lso; tf_lso.install(); "
-        f"sys.argv = [{str(path)!r}, {arg!r}]; "
+        f"sys.argv = [{str(path)!r}]; "
         f"runpy.run_path({str(path)!r}, run_name='__main__')",
     ], tmp_path)
     # The one-import change, as `python -m tf_lso check --fix` makes it.
@@ -61,7 +57,7 @@ def test_runs_unmodified_and_matches_tf_lso_api(script, tmp_path):
                          source)
     rewritten = tmp_path / script
     rewritten.write_text(source)
-    via_api = _run([str(rewritten), arg], tmp_path)
+    via_api = _run([str(rewritten)], tmp_path)
 
     results = _results(via_run)
     assert len(results) >= 2, via_run

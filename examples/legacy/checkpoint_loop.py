@@ -26,7 +26,7 @@ random.seed(0)
 np.random.seed(0)
 tf.random.set_seed(0)
 
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 45
 checkpoint_dir = tempfile.mkdtemp()
 
 

@@ -16,7 +16,7 @@ random.seed(0)
 np.random.seed(0)
 tf.random.set_seed(0)
 
-EPOCHS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+EPOCHS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 
 policy = mixed_precision.Policy('mixed_float16')
 mixed_precision.set_policy(policy)

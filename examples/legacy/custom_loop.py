@@ -14,7 +14,7 @@ random.seed(0)
 np.random.seed(0)
 tf.random.set_seed(0)
 
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 60
 
 policy = tf.keras.mixed_precision.experimental.Policy('mixed_float16')
 tf.keras.mixed_precision.experimental.set_policy(policy)

@@ -14,7 +14,7 @@ random.seed(0)
 np.random.seed(0)
 tf.random.set_seed(0)
 
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 GLOBAL_BATCH_SIZE = 64
 
 strategy = tf.distribute.MirroredStrategy()
