@@ -17,7 +17,14 @@ It restores, besides its own checkpoints:
 
 SavedModels also hold `apply_step`: the variables that checkpoints leave out
 (`skipped_steps`, the overflow record) but a traced training step captures,
-which `tf.saved_model.save` must be able to track.
+which `tf.saved_model.save` must be able to track. Checkpoints leave them out
+because TF 2.4's layout has no room for them: `assert_consumed()` fails on
+any node or value one side has and the other lacks, so an extra child would
+stop tf_lso's checkpoints from restoring into TF 2.4's classes, and theirs
+into tf_lso. Users who want `skipped_steps` in a checkpoint add it as an entry
+of its own (`tf.train.Checkpoint(..., skipped_steps=opt.skipped_steps)`).
+Keras's own files (`.keras`, `.weights.h5`) have room: see
+`LayoutCheckpointing.save_own_variables`.
 
 The methods below implement TensorFlow's `Trackable` protocol; every call
 into another object's private tracking API goes through `compat`.
@@ -25,6 +32,7 @@ into another object's private tracking API goes through `compat`.
 
 import warnings
 
+import numpy as np
 import tensorflow as tf
 
 from tf_lso._src import compat
@@ -33,6 +41,8 @@ LOSS_SCALE = "loss_scale"
 BASE_OPTIMIZER = "base_optimizer"
 APPLY_STEP = "apply_step"
 _KERAS_INNER = "inner_optimizer"
+# In Keras files: the inner optimizer's class name.
+_INNER_KIND = "inner_optimizer_class"
 # Keras 3 LossScaleOptimizer variable -> tf_lso loss scale variable.
 _KERAS_STATE = {
     "dynamic_scale": "current_loss_scale",
@@ -64,7 +74,11 @@ class Layout:
         self._keras_inner_view = _InnerOptimizerView(self, keras_lso=True)
 
     def children(self, save_type="checkpoint", **kwargs):
-        """`_trackable_children`: the inner's children plus the loss scale."""
+        """`_trackable_children`: the inner's children plus the loss scale.
+
+        Nothing else in checkpoints, to keep TF 2.4's layout (see the module
+        docstring); SavedModels add `apply_step`.
+        """
         children = dict(self._inner.checkpoint_children(save_type, **kwargs))
         if self.loss_scale.variables:
             children[LOSS_SCALE] = self.loss_scale
@@ -72,6 +86,15 @@ class Layout:
         if compat.is_saved_model(save_type):
             children[APPLY_STEP] = self._step
         return children
+
+    def file_state(self):
+        """What Keras's files hold of the optimizer itself, in order: the
+        loss scale's variables, then `skipped_steps`."""
+        return list(self.loss_scale.variables) + [self._step.skipped_steps]
+
+    def inner_kind(self):
+        """The inner optimizer's class name."""
+        return type(self._inner.optimizer).__name__
 
     def lookup(self, name):
         """`_lookup_dependency`: also the names older layouts used."""
@@ -137,37 +160,100 @@ class LayoutCheckpointing:
             slot_variable_position, slot_name, variable, **kwargs
         )
 
-    # `.keras` files: Keras saves the inner optimizer itself (as
-    # `inner_optimizer`); the wrapper's own entry holds the loss scale state.
+    # `.keras` and `.weights.h5` files: Keras saves the inner optimizer
+    # itself (as `inner_optimizer`, its variables by position); the
+    # wrapper's own entry holds the loss scale state, then `skipped_steps`,
+    # then the inner optimizer's class name. (tf.train.Checkpoints hold
+    # neither of the last two: see `Layout.children`.)
 
     def save_own_variables(self, store):
-        """Saves the loss scale state (`.keras` files).
+        """Saves the loss scale state, `skipped_steps` and the inner
+        optimizer's class name (Keras files).
 
         Args:
             store: The dict-like store Keras passes.
         """
-        variables = self._checkpoint_layout().loss_scale.variables
-        for i, variable in enumerate(variables):
+        layout = self._checkpoint_layout()
+        for i, variable in enumerate(layout.file_state()):
             store[str(i)] = variable.numpy()
+        # As bytes: every Keras weights store holds numeric arrays.
+        store[_INNER_KIND] = np.frombuffer(layout.inner_kind().encode(),
+                                           np.uint8)
 
     def load_own_variables(self, store):
-        """Loads the loss scale state saved by `save_own_variables`.
+        """Loads what `save_own_variables` saved.
+
+        Files written before `skipped_steps` was saved hold the loss scale
+        state only; it is loaded, and `skipped_steps` stays as it is.
 
         Args:
             store: The dict-like store Keras passes.
+
+        Raises:
+            ValueError: If the file was written around another kind of inner
+                optimizer (Keras loads the inner optimizer's variables by
+                position, so they would land in the wrong places), or if a
+                value is out of range (a loss scale that is not positive and
+                finite in float32, a negative count): the file is damaged.
+                Nothing of the loss scale state is loaded then.
         """
-        variables = self._checkpoint_layout().loss_scale.variables
-        if len(store.keys()) != len(variables):
+        layout = self._checkpoint_layout()
+        keys = list(store.keys())
+        if _INNER_KIND in keys:
+            keys.remove(_INNER_KIND)
+            saved = bytes(np.asarray(store[_INNER_KIND], np.uint8)).decode()
+            if saved != layout.inner_kind():
+                raise ValueError(
+                    f"Cannot load the state of optimizer '{self.name}': the "
+                    f"file was written by a loss scale optimizer around "
+                    f"{saved}, and this one is around "
+                    f"{layout.inner_kind()}. Keras loads the inner "
+                    f"optimizer's variables by position, so they would land "
+                    f"in the wrong places. Load the file into a new model "
+                    f"compiled with a LossScaleOptimizer around {saved}."
+                )
+        variables = layout.file_state()
+        scale_only = layout.loss_scale.variables
+        if len(keys) == len(scale_only):
+            variables = scale_only
+        if len(keys) != len(variables):
             warnings.warn(
                 f"Skipping loading the loss scale of optimizer "
-                f"'{self.name}': the file holds {len(store.keys())} values "
-                f"but the loss scale has {len(variables)} variables. The "
-                "loss scale starts from its initial value.",
+                f"'{self.name}': the file holds {len(keys)} values "
+                f"but this optimizer keeps {len(variables)}. The loss scale "
+                "starts from its initial value.",
                 stacklevel=2,
             )
             return
-        for i, variable in enumerate(variables):
-            variable.assign(store[str(i)])
+        values = [_checked(self.name, variable, store[str(i)])
+                  for i, variable in enumerate(variables)]
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+
+
+def _checked(optimizer_name, variable, value):
+    """`value` in `variable`'s dtype, if in range for it.
+
+    Every float in the saved state is a loss scale, every integer a count.
+    """
+    saved = np.asarray(value)
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = saved.astype(variable.dtype.as_numpy_dtype)
+    if variable.dtype.is_floating:
+        ok, need = np.isfinite(value) and value > 0, "positive and finite"
+    else:
+        ok, need = value >= 0, "0 or more"
+    if not ok:
+        name = variable.name.split(":")[0]
+        shown = str(value)
+        if saved.dtype != value.dtype:
+            shown = f"{saved} ({value} as {variable.dtype.name})"
+        raise ValueError(
+            f"Cannot load the loss scale state of optimizer "
+            f"'{optimizer_name}': the file says {name} is {shown}, which "
+            f"must be {need}. The file is damaged: load an earlier one."
+        )
+    return value
 
 
 class _InnerOptimizerView(compat.Trackable):

@@ -330,11 +330,12 @@ class DynamicLossScale(LossScale):
         """
         scale = tf.convert_to_tensor(self.current_loss_scale)
         count = tf.convert_to_tensor(self.good_steps)
-        # A finite scale never becomes NaN or inf, but a restored one can be
-        # (a corrupt checkpoint): then every step would be skipped, silently
-        # and forever. Only looked at on non-finite steps, before any state
-        # changes.
-        scale_ok = tf.logical_or(is_finite, tf.math.is_finite(scale))
+        # A scale this class computes is always positive and finite, but a
+        # restored or assigned one may not be (a corrupt checkpoint): NaN or
+        # inf would skip every step, silently and forever; 0 and negative
+        # values are no loss scales either. Checked before any state changes.
+        usable = _usable(scale)
+        scale_ok = usable
         if active is not None:
             scale_ok = tf.logical_or(scale_ok, tf.logical_not(active))
         if tf.executing_eagerly():
@@ -350,6 +351,9 @@ class DynamicLossScale(LossScale):
                     tf.identity(scale), tf.identity(count),
                     tf.identity(is_finite),
                 )
+            # XLA drops the assertion: there the step is skipped and the
+            # scale restarts from its initial value (`_update_if_not_finite`).
+            is_finite = tf.logical_and(is_finite, usable)
         finite_scale, finite_count = self._update_if_finite(scale, count)
         new_scale = tf.where(
             is_finite, finite_scale, self._update_if_not_finite(scale)
@@ -379,11 +383,9 @@ class DynamicLossScale(LossScale):
 
     def _update_if_not_finite(self, scale):
         backed_off = tf.maximum(scale / self._multiplier, 1.0)
-        # Reached only under XLA, which drops the assertion in
-        # `_update_state`: a corrupt scale restarts from the initial value.
-        return tf.where(
-            tf.math.is_finite(scale), backed_off, self._initial_loss_scale
-        )
+        # An unusable scale reaches this only under XLA, which drops the
+        # assertion in `_update_state`: it restarts from the initial value.
+        return tf.where(_usable(scale), backed_off, self._initial_loss_scale)
 
     def get_config(self) -> dict[str, Any]:
         """Returns the constructor arguments; the current state is not config.
@@ -429,10 +431,15 @@ tf.compat.v1.mixed_precision.FixedLossScale.register(FixedLossScale)
 tf.compat.v1.mixed_precision.DynamicLossScale.register(DynamicLossScale)
 
 
+def _usable(scale):
+    """Whether `scale` (a float tensor) is positive and finite."""
+    return tf.logical_and(tf.math.is_finite(scale), scale > 0)
+
+
 def _corrupt_scale_message(value):
     return (
-        f"The loss scale is {value}, which is not finite, so every step "
-        "would be skipped. It was probably restored from a corrupt "
-        "checkpoint. Restore an earlier checkpoint, or assign a finite value "
+        f"The loss scale is {value}, but a loss scale must be positive and "
+        "finite. It was probably restored from a corrupt checkpoint. "
+        "Restore an earlier checkpoint, or assign a positive finite value "
         "(such as 32768.0) to the loss scale's `current_loss_scale` variable."
     )
