@@ -3,7 +3,8 @@
 Each scenario of mwms_training.py runs in two `mwms_worker.py` processes and,
 as the reference, in this process under MirroredStrategy over two logical
 CPUs. Both workers must end in the same state as each other and as the
-reference: one skip decision for every worker, and no hang.
+reference: one skip decision for every worker, and no hang. One run loses a
+worker to SIGKILL and is started again from the chief's checkpoint.
 
 Every worker has three timeouts (collectives time out after 30 s, an
 in-worker faulthandler watchdog, and the deadline here, after which its
@@ -163,6 +164,61 @@ def test_checkpoint_from_chief_restores_on_both(tmp_path):
     assert [s.pop("skipped_steps") for s in restored] == [0, 1]
     assert restored == continued
     assert [s["loss_scale"] for s in restored] == [64.0, 32.0]
+
+
+def _until_both_exit(workers):
+    """Waits for both workers; returns when each exited (monotonic)."""
+    ended = [None, None]
+    deadline = time.monotonic() + _DEADLINE_SECONDS
+    while None in ended and time.monotonic() < deadline:
+        for index, (process, _) in enumerate(workers):
+            if ended[index] is None and process.poll() is not None:
+                ended[index] = time.monotonic()
+        time.sleep(0.1)
+    return ended
+
+
+def test_lost_worker_fails_the_other_then_both_resume(tmp_path):
+    # Worker 1 is SIGKILLed after the chief's checkpoint of step 4, before
+    # step 5 (see mwms_training.preempted).
+    for attempt in range(2):
+        workers = _launch("preempted_kill", tmp_path, attempt)
+        try:
+            ended = _until_both_exit(workers)
+            logs = _logs(workers)
+        finally:
+            for process, log in workers:
+                _kill(process)
+                log.close()
+        if "Could not start gRPC server" not in logs:
+            break
+    assert None not in ended, f"a worker hung:\n{logs}"
+    codes = [process.returncode for process, _ in workers]
+    assert codes[1] == -signal.SIGKILL, logs
+    # Worker 0 fails with an error naming the lost task, well within the
+    # collective timeout: no hang.
+    assert codes[0] not in (0, None), logs
+    worker0_log = logs.split("--- worker 1 ---")[0]
+    assert "UnavailableError" in worker0_log, logs
+    assert "/job:worker/replica:0/task:1" in worker0_log, logs
+    assert ended[0] - ended[1] < mwms_training.COLLECTIVE_TIMEOUT_SECONDS
+    assert _checkpoint_numbers(tmp_path / "chief") == [2, 4]
+
+    # Both start again from the chief's checkpoint of step 4 and finish as
+    # the uninterrupted run does, bit for bit (skipped_steps included: the
+    # checkpoint holds it as an entry of its own).
+    worker0, worker1 = run_workers("preempted", tmp_path)
+    assert worker0 == worker1
+    assert worker0["began_at"] == 4
+    reference = _reference("preempted", tmp_path)
+    assert reference["began_at"] == 0
+    assert worker0["state"] == reference["state"]
+    assert reference["state"]["skipped_steps"] == 3  # Steps 2, 5 and 8.
+
+
+def _checkpoint_numbers(directory):
+    return sorted(int(name[len("ckpt-"):-len(".index")])
+                  for name in os.listdir(directory) if name.endswith(".index"))
 
 
 def test_example_runs_with_one_command():

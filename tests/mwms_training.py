@@ -7,6 +7,7 @@ process) and returns a JSON-able record of the state after every step.
 
 import os
 import shutil
+import signal
 
 import keras
 import tensorflow as tf
@@ -16,6 +17,8 @@ import tf_lso
 import test_util
 
 NO_OVERFLOW = -1
+# What the workers give `CommunicationOptions(timeout_seconds=...)`.
+COLLECTIVE_TIMEOUT_SECONDS = 30
 
 
 def _build(strategy):
@@ -133,6 +136,52 @@ def checkpoint(strategy, workdir):
     }
 
 
+# One training run, preempted: steps 2 and 8 overflow on worker 1, step 5 on
+# worker 0; the chief checkpoints every 2 steps.
+PREEMPTED_SCHEDULE = [NO_OVERFLOW, 1, NO_OVERFLOW, NO_OVERFLOW, 0,
+                      NO_OVERFLOW, NO_OVERFLOW, 1]
+KILLED_BEFORE_STEP = 5
+
+
+def preempted(strategy, workdir, kill=False):
+    """A custom loop with a `tf.train.CheckpointManager`, resumed from the
+    chief's latest checkpoint if there is one.
+
+    With `kill`, worker 1 sends itself SIGKILL before step
+    `KILLED_BEFORE_STEP` (after the chief's checkpoint of step 4), and
+    worker 0 fails in that step's collectives.
+    """
+    var, opt = _build(strategy)
+    task = _task_id(strategy)
+    # `skipped_steps` as a checkpoint entry of its own (docs/distributed.md):
+    # the optimizer's node keeps TF 2.4's layout, which has no room for it.
+    checkpoint = tf.train.Checkpoint(var=var, optimizer=opt,
+                                     skipped_steps=opt.skipped_steps)
+    # Every worker saves (TF's multi-worker rule); only the chief's count.
+    chief_directory = os.path.join(workdir, "chief")
+    manager = tf.train.CheckpointManager(
+        checkpoint, chief_directory if task == 0 else
+        os.path.join(workdir, f"scratch-{task}"), max_to_keep=2)
+    latest = tf.train.latest_checkpoint(chief_directory)
+    if latest:
+        with strategy.scope():
+            opt.build([var])  # So that every slot restores now.
+        checkpoint.restore(latest).assert_consumed()
+    step = _step_fn(strategy, var, opt)
+    begin = int(_local(strategy, opt.iterations))
+    for number, bad_replica in enumerate(PREEMPTED_SCHEDULE[begin:], begin + 1):
+        if kill and task == 1 and number == KILLED_BEFORE_STEP:
+            os.kill(os.getpid(), signal.SIGKILL)
+        step(bad_replica)
+        if number % 2 == 0:
+            manager.save(checkpoint_number=number)
+    return {"began_at": begin, "state": state(strategy, var, opt)}
+
+
+def preempted_kill(strategy, workdir):
+    return preempted(strategy, workdir, kill=True)
+
+
 def clipped_sum(strategy, workdir):
     """Each worker's gradient is 2.0; clipnorm=2.0 clips their sum, 4.0."""
     del workdir
@@ -155,4 +204,6 @@ SCENARIOS = {
     "overflow_on_worker_1": overflow_on_worker_1,
     "overflow_on_worker_0": overflow_on_worker_0,
     "checkpoint": checkpoint,
+    "preempted": preempted,
+    "preempted_kill": preempted_kill,
 }

@@ -32,7 +32,7 @@ import mwms_training  # noqa: E402
 def main():
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
-            timeout_seconds=30
+            timeout_seconds=mwms_training.COLLECTIVE_TIMEOUT_SECONDS
         )
     )
     result = mwms_training.SCENARIOS[SCENARIO](strategy, WORKDIR)
