@@ -26,15 +26,25 @@ SCRIPTS = ("checkpoint_loop.py", "compile_fit.py", "custom_loop.py",
            "mirrored_loop.py")
 
 
-def _run(args, tmp_path):
+def _start(args, workdir):
+    """Starts `python ARGS` in `workdir`, its output going to a file there
+    (a full pipe would stall it)."""
+    workdir.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    done = subprocess.run(
-        [sys.executable] + args, capture_output=True, text=True,
-        timeout=240, env=env, cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    with open(workdir / "output.txt", "w") as output:
+        return subprocess.Popen(
+            [sys.executable] + args, stdin=subprocess.DEVNULL, stdout=output,
+            stderr=subprocess.STDOUT, text=True, env=env, cwd=workdir,
+        ), workdir
+
+
+def _finish(started):
+    process, workdir = started
+    process.wait(timeout=240)
+    output = (workdir / "output.txt").read_text()
+    assert process.returncode == 0, output
+    return output
 
 
 def _results(stdout):
@@ -44,20 +54,29 @@ def _results(stdout):
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_runs_unmodified_and_matches_tf_lso_api(script, tmp_path):
     path = LEGACY / script
-    via_run = _run(["-m", "tf_lso", "run", str(path)], tmp_path)
-    via_install = _run([
-        "-c",
-        "import runpy, sys, tf_lso; tf_lso.install(); "
-        f"sys.argv = [{str(path)!r}]; "
-        f"runpy.run_path({str(path)!r}, run_name='__main__')",
-    ], tmp_path)
     # The one-import change, as `python -m tf_lso check --fix` makes it.
     source = migration_fix.fix_source(path.read_text())
     assert not re.search(r"tf\.(keras\.)?(mixed_precision|train)\.experimental",
                          source)
     rewritten = tmp_path / script
     rewritten.write_text(source)
-    via_api = _run([str(rewritten)], tmp_path)
+    # The three processes run side by side, each in a directory of its own.
+    started = [
+        _start(["-m", "tf_lso", "run", str(path)], tmp_path / "run"),
+        _start([
+            "-c",
+            "import runpy, sys, tf_lso; tf_lso.install(); "
+            f"sys.argv = [{str(path)!r}]; "
+            f"runpy.run_path({str(path)!r}, run_name='__main__')",
+        ], tmp_path / "install"),
+        _start([str(rewritten)], tmp_path / "api"),
+    ]
+    try:
+        via_run, via_install, via_api = [_finish(s) for s in started]
+    finally:
+        for process, _ in started:
+            process.kill()  # Those still running when one failed.
+            process.wait()
 
     results = _results(via_run)
     assert len(results) >= 2, via_run

@@ -171,14 +171,42 @@ def test_fix_without_libcst_says_what_to_install(monkeypatch, tmp_path,
     assert cli.main(["check", str(tmp_path)]) == 0
 
 
-def _results(args, cwd):
+def _side_by_side(runs, tmp_path, timeout=240):
+    """Runs `python ARGS` for every `(args, stdin_text, cwd)` of `runs` at
+    the same time; returns their outputs, in order.
+
+    Input and output go through files: a full pipe would stall a process
+    while another is waited for.
+    """
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    done = subprocess.run([sys.executable] + args, capture_output=True,
-                          text=True, timeout=240, env=env, cwd=cwd)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return [line for line in done.stdout.splitlines()
-            if line.startswith("result")]
+    started = []
+    try:
+        for index, (args, stdin_text, cwd) in enumerate(runs):
+            stdin = tmp_path / f"stdin{index}.txt"
+            stdin.write_text(stdin_text)
+            with open(stdin) as given, open(tmp_path / f"out{index}.txt",
+                                            "w") as out, \
+                    open(tmp_path / f"err{index}.txt", "w") as err:
+                started.append(subprocess.Popen(
+                    [sys.executable] + args, stdin=given, stdout=out,
+                    stderr=err, text=True, env=env, cwd=cwd))
+        outputs = []
+        for index, process in enumerate(started):
+            process.wait(timeout=timeout)
+            out = (tmp_path / f"out{index}.txt").read_text()
+            err = (tmp_path / f"err{index}.txt").read_text()
+            assert process.returncode == 0, out + err[-3000:]
+            outputs.append(out)
+        return outputs
+    finally:
+        for process in started:
+            process.kill()  # Those still running when one failed.
+            process.wait()
+
+
+def _result_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("result")]
 
 
 @migration_util.needs_tensorflow
@@ -189,8 +217,11 @@ def test_fixed_tf24_script_runs_as_the_original_does_under_run(tmp_path):
     fixed.write_text(original.read_text())
     assert cli.main(["check", "--fix", "--write", str(fixed)]) == 0
     assert fixed.read_text() != original.read_text()
-    via_run = _results(["-m", "tf_lso", "run", str(original), "30"], tmp_path)
-    assert _results([str(fixed), "30"], tmp_path) == via_run
+    via_run, via_fixed = map(_result_lines, _side_by_side([
+        (["-m", "tf_lso", "run", str(original), "30"], "", tmp_path),
+        ([str(fixed), "30"], "", tmp_path),
+    ], tmp_path))
+    assert via_fixed == via_run
     values = dict(line.split(" ", 2)[1:] for line in via_run)
     # Overflows at steps 9, 19 and 29, each after a growth at a fifth step:
     # the scale ends where it started, and skipped steps count.
@@ -351,19 +382,18 @@ def _test_snippets():
     return {name: textwrap.dedent(source) for name, source in snippets.items()}
 
 
-def _outcomes(snippets, *args):
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    done = subprocess.run([sys.executable, "-c", _RUNNER, *args],
-                          input=json.dumps(snippets), capture_output=True,
-                          text=True, timeout=600, env=env, cwd=SNIPPETS)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+def _outcomes(runs, tmp_path):
+    """Each snippet's outcome, for every `(snippets, runner_args)` of
+    `runs` (run side by side)."""
+    outputs = _side_by_side(
+        [(["-c", _RUNNER, *args], json.dumps(snippets), SNIPPETS)
+         for snippets, args in runs], tmp_path, timeout=600)
+    return [json.loads(out.splitlines()[-1]) for out in outputs]
 
 
 @migration_util.needs_tensorflow
 @migration_util.needs_libcst
-def test_every_fixed_snippet_runs_as_the_original_does():
+def test_every_fixed_snippet_runs_as_the_original_does(tmp_path):
     originals = _test_snippets()
     assert len(originals) > 50
     fixed = {}
@@ -372,8 +402,8 @@ def test_every_fixed_snippet_runs_as_the_original_does():
             fixed[name] = migration_fix.fix_source(source)
         except SyntaxError:
             fixed[name] = source  # --fix leaves what does not parse.
-    before = _outcomes(list(originals.items()), "install")
-    after = _outcomes(list(fixed.items()))
+    before, after = _outcomes([(list(originals.items()), ["install"]),
+                               (list(fixed.items()), [])], tmp_path)
     broken = [(name, was, now)
               for name, was, now in zip(originals, before, after)
               if not _as_good(was, now)]
