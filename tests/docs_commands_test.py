@@ -209,6 +209,18 @@ def _plot(done, tmp_path):
     assert not _TF_LOG.search(done.stderr), done.stderr
 
 
+def _multi_worker(done, tmp_path):
+    """Two workers, one command; steps 10, 20 and 30 overflow on worker 1
+    only, and both workers report each skip."""
+    del tmp_path
+    assert "OK: both workers" in done.stdout
+    for index in (0, 1):
+        step_10 = [line for line in done.stdout.splitlines()
+                   if line.startswith(f"worker {index}:   10")]
+        assert step_10, done.stdout
+        assert step_10[0].split()[4] == "1", done.stdout
+
+
 # What some commands must print, beyond their status.
 OUTPUT = {
     'python3.11 -m venv .venv && .venv/bin/pip install -q -e '
@@ -216,7 +228,12 @@ OUTPUT = {
         _demo,
     "python examples/demo.py --tf-logs": _demo_with_notices,
     "python examples/plot_training_health.py": _plot,
+    ".venv/bin/python examples/multi_worker.py --steps 30": _multi_worker,
 }
+
+
+def test_output_checks_are_on_commands_that_run():
+    assert set(OUTPUT) <= set(_distinct(set(SHOWN) - set(NOT_RUN)))
 
 
 def _runs(command):

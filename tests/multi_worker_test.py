@@ -125,10 +125,28 @@ def _reference(scenario, tmp_path):
     return json.loads(json.dumps(result))
 
 
+# Scenarios that run one after another in one pair of workers (starting a
+# pair takes about 5 s).
+_SHARED_RUN = ("overflow_on_worker_1", "overflow_on_worker_0", "clipped_sum",
+               "checkpoint")
+
+
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory):
+    """Both workers' results of every `_SHARED_RUN` scenario, by name."""
+    return run_workers("+".join(_SHARED_RUN),
+                       tmp_path_factory.mktemp("shared_run"))
+
+
+def _results(shared_run, scenario):
+    return [results[scenario] for results in shared_run]
+
+
 @pytest.mark.parametrize("bad_worker", [1, 0])
-def test_overflow_on_one_worker_skips_on_both(bad_worker, tmp_path):
+def test_overflow_on_one_worker_skips_on_both(bad_worker, shared_run,
+                                             tmp_path):
     scenario = f"overflow_on_worker_{bad_worker}"
-    worker0, worker1 = run_workers(scenario, tmp_path)
+    worker0, worker1 = _results(shared_run, scenario)
     assert worker0 == worker1
     assert worker0 == _reference(scenario, tmp_path)
     first, skipped, after = worker0
@@ -146,15 +164,15 @@ def test_overflow_on_one_worker_skips_on_both(bad_worker, tmp_path):
     assert skipped["overflow"] == after["overflow"] == [1, 1, ["Variable:0"], 1]
 
 
-def test_clipping_sees_the_sum_over_workers(tmp_path):
+def test_clipping_sees_the_sum_over_workers(shared_run, tmp_path):
     # TF 2.4 (and tf_keras) clip the aggregated gradient: 5 - clip(4) = 3.
-    worker0, worker1 = run_workers("clipped_sum", tmp_path)
+    worker0, worker1 = _results(shared_run, "clipped_sum")
     assert worker0 == worker1 == _reference("clipped_sum", tmp_path)
     assert worker0["var"] == 3.0
 
 
-def test_checkpoint_from_chief_restores_on_both(tmp_path):
-    worker0, worker1 = run_workers("checkpoint", tmp_path)
+def test_checkpoint_from_chief_restores_on_both(shared_run, tmp_path):
+    worker0, worker1 = _results(shared_run, "checkpoint")
     assert worker0 == worker1
     assert worker0 == _reference("checkpoint", tmp_path)
     # Everything but skipped_steps (not in checkpoints) continues as if the
@@ -220,20 +238,3 @@ def test_lost_worker_fails_the_other_then_both_resume(tmp_path):
 def _checkpoint_numbers(directory):
     return sorted(int(name[len("ckpt-"):-len(".index")])
                   for name in os.listdir(directory) if name.endswith(".index"))
-
-
-def test_example_runs_with_one_command():
-    example = _WORKER.parents[1] / "examples" / "multi_worker.py"
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    done = subprocess.run(
-        [sys.executable, str(example), "--steps", "10", "--timeout", "120"],
-        capture_output=True, text=True, timeout=180, env=env,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "OK: both workers" in done.stdout
-    # Step 10 overflows on worker 1 only; both workers report the skip.
-    for index in (0, 1):
-        assert f"worker {index}:   10" in done.stdout
-        step_10 = [line for line in done.stdout.splitlines()
-                   if line.startswith(f"worker {index}:   10")][0]
-        assert step_10.split()[4] == "1", done.stdout

@@ -1,9 +1,10 @@
 """One worker of a 2-worker MultiWorkerMirroredStrategy run (see
 multi_worker_test.py, which starts two of these as separate processes).
 
-Usage: python mwms_worker.py INDEX PORT0,PORT1 SCENARIO WORKDIR
+Usage: python mwms_worker.py INDEX PORT0,PORT1 SCENARIO[+SCENARIO...] WORKDIR
 
-Prints one line `RESULT {json}` with this worker's state after training.
+Prints one line `RESULT {json}` with this worker's state after training (for
+several scenarios, a JSON object of their results by name).
 """
 
 import faulthandler
@@ -35,7 +36,14 @@ def main():
             timeout_seconds=mwms_training.COLLECTIVE_TIMEOUT_SECONDS
         )
     )
-    result = mwms_training.SCENARIOS[SCENARIO](strategy, WORKDIR)
+    if "+" not in SCENARIO:
+        result = mwms_training.SCENARIOS[SCENARIO](strategy, WORKDIR)
+    else:  # One after another, each in a directory of its own.
+        result = {}
+        for name in SCENARIO.split("+"):
+            workdir = os.path.join(WORKDIR, name)
+            os.makedirs(workdir, exist_ok=True)
+            result[name] = mwms_training.SCENARIOS[name](strategy, workdir)
     print("RESULT " + json.dumps(result), flush=True)
 
 
