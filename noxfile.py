@@ -166,9 +166,14 @@ def _run_suite(session, tensorflow, keras, tf_keras):
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
 
 
+CANDIDATE_SHAPES = ("10 independent vars", "MLP 100 layers x 32 (200 vars)",
+                    "Keras Dense 100 layers x 32 (200 vars)")
 BENCHMARKS = (
     ("step_time.py",),
     ("ablation.py",),
+    ("ablation.py", "--marker", "candidates", "--shapes", *CANDIDATE_SHAPES,
+     "--variants", "tf_lso_keras", "tf_lso_legacy", "cond_check"),
+    ("hlo_summary.py",),
     ("ablation.py", "--mirrored"),
     ("ablation.py", "--mirrored", "--eager"),
 )

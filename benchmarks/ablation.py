@@ -22,14 +22,17 @@ reporting the median step time as a ratio to the bare step:
 `--mirrored` times bare Keras 3, Keras 3's LossScaleOptimizer and tf_lso in
 a custom loop under MirroredStrategy on two logical CPUs (the cost of the
 shared skip decision). The table goes into docs/performance.md, between the
-`ablation` markers (`--output ''` only prints it). `--mirrored --eager` runs
-that loop eagerly (`strategy.run` outside `tf.function`).
+`ablation` markers (`--output ''` only prints it; `--marker` names another
+block, e.g. `candidates` for a run of chosen shapes and variants).
+`--mirrored --eager` runs that loop eagerly (`strategy.run` outside
+`tf.function`).
 """
 
 import argparse
 import contextlib
 import functools
 import os
+import statistics
 import sys
 import time
 from unittest import mock
@@ -48,13 +51,16 @@ if MIRRORED:  # Before TensorFlow initialises its devices.
 import keras  # noqa: E402
 
 import tf_lso  # noqa: E402
+from tf_lso._src import apply_step  # noqa: E402
 from tf_lso._src import distribute  # noqa: E402
 from tf_lso._src import gradients as gradients_lib  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_time  # noqa: E402
 
-SHAPES = ("MLP 100 layers x 32 (200 vars)", "MLP 8 layers x 512 (16 vars)",
+SHAPES = ("MLP 100 layers x 32 (200 vars)",
+          "Keras Dense 100 layers x 32 (200 vars)",
+          "MLP 8 layers x 512 (16 vars)",
           "Embedding 20000x64 + 2 dense (5 vars)", "1000 independent vars")
 MIRRORED_SHAPES = ("MLP 100 layers x 32 (200 vars)",
                    "MLP 8 layers x 512 (16 vars)")
@@ -93,10 +99,80 @@ def _cond_not_lowered(pred, true_fn, false_fn):
         op, lower_using_switch_merge=False)
 
 
+# The inner optimizer whose step `_select_cond` is traced for (set by _make).
+_SELECTED = []
+
+
+def _select_cond(pred, true_fn, false_fn, args, false_args=()):
+    """Candidate +select_skip: no conditional around the update.
+
+    Applies on every step, then assigns each variable and each of the inner
+    optimizer's variables `where(pred, new, old)`: exact skip semantics
+    (the old values, bit for bit) with the update outside any `cond`, which
+    XLA may fuse with the select. Only the skip's bookkeeping (counters, the
+    overflow record) stays in a `cond`. A prototype: no strategy.
+    """
+    state = list(args[2]) + list(_SELECTED[-1].inner_optimizer.variables)
+    old = [tf.identity(v) for v in state]
+    with tf.control_dependencies(old):
+        true_fn(*args)
+    for variable, value in zip(state, old):
+        variable.assign(tf.where(pred, variable, value))
+    tf.cond(pred, lambda: tf.constant(True),
+            lambda: _true(false_fn(*false_args)))
+
+
+def _unscaled_keeping_scaled(self, scale, unscaled=gradients_lib.Packed.unscaled):
+    result = unscaled(self, scale)
+    result.check_values = self.values
+    return result
+
+
+def _all_finite_of_scaled(self):
+    return gradients_lib._on_all_replicas(
+        gradients_lib._nonfinite, getattr(self, "check_values", self.values))
+
+
+@contextlib.contextmanager
+def _scaled_check():
+    """Candidate +scaled_check: the finite check reads the scaled gradients.
+
+    For a loss scale of at least 1 this decides the same (dividing by it
+    turns no finite value into a non-finite one, nor the reverse), and the
+    check need not wait for the unscale. A prototype: assumes scale >= 1.
+    """
+    with mock.patch.object(gradients_lib.Packed, "unscaled",
+                           _unscaled_keeping_scaled), \
+            mock.patch.object(gradients_lib.Packed, "all_finite",
+                              _all_finite_of_scaled):
+        yield
+
+
+def _skip_as_call(cond=distribute.cond_on_all_replicas):
+    """Candidate +skip_call: the skip branch as one function call op.
+
+    A lowered cond dispatches every op of its untaken branch (as dead) on
+    each step; a call op is one. The apply branch stays inline.
+    """
+    def patched(pred, true_fn, false_fn, args, false_args=()):
+        return cond(pred, true_fn, apply_step._one_op(false_fn), args,
+                    false_args)
+    return mock.patch.object(distribute, "cond_on_all_replicas", patched)
+
+
 # Candidate changes to tf_lso's step: label -> (a context manager that
 # switches to the other side while a variant is traced, the protocols it
 # concerns). "+x": tf_lso ships without x; "-x": tf_lso ships with x.
 CANDIDATES = {
+    "+select_skip": (
+        lambda: mock.patch.object(distribute, "cond_on_all_replicas",
+                                  _select_cond),
+        ("keras", "legacy")),
+    "+scaled_check": (_scaled_check, ("keras",)),
+    "+skip_call": (_skip_as_call, ("keras", "legacy")),
+    "-stacking": (
+        lambda: mock.patch.object(gradients_lib, "PACK_MAX_ELEMENTS", 0),
+        ("keras", "legacy")),
     "+cond_not_lowered": (
         lambda: mock.patch.object(distribute, "_lowered_cond",
                                   _cond_not_lowered),
@@ -212,9 +288,10 @@ def _variants():
 
 
 def _make(make_opt, step, candidate, init, loss_fn, jit_compile):
-    variables = [tf.Variable(tf.constant(v, tf.float32)) for v in init]
+    variables, loss_fn = step_time.instantiate(init, loss_fn)
     flag = tf.Variable(True)
     opt = make_opt()
+    _SELECTED.append(opt)
     opt.build(variables)  # No variables may be created inside a cond.
     fn = tf.function(lambda: step(opt, variables, loss_fn, flag),
                      jit_compile=jit_compile)
@@ -237,9 +314,17 @@ def measure(shape, jit_compile, rounds, round_seconds, only=()):
                                      jit_compile)
         print(f"  built {name} in {time.perf_counter() - start:.0f} s",
               file=sys.stderr, flush=True)
-    medians = step_time.interleaved_medians(fns, rounds, round_seconds)
-    return {name: (medians[name], medians[name] / medians["bare"], ops[name])
-            for name in fns}
+    return _ratios(step_time.interleaved_samples(fns, rounds, round_seconds), ops)
+
+
+def _ratios(samples, ops):
+    """{name: (median seconds, median of per-round ratios to bare, ops)}."""
+    return {
+        name: (statistics.median(times),
+               statistics.median(a / b for a, b in zip(times, samples["bare"])),
+               ops.get(name))
+        for name, times in samples.items()
+    }
 
 
 @functools.cache
@@ -251,7 +336,7 @@ def _strategy():
 
 def measure_mirrored(shape, rounds, round_seconds, eager=False):
     strategy = _strategy()
-    init, loss_fn = step_time.SHAPES[shape]()
+    init, shape_loss_fn = step_time.SHAPES[shape]()
     makers = {
         "bare": (step_time._sgd, bare),
         "keras_lso": (lambda: keras.optimizers.LossScaleOptimizer(
@@ -262,11 +347,12 @@ def measure_mirrored(shape, rounds, round_seconds, eager=False):
     fns = {}
     for name, (make_opt, step) in makers.items():
         with strategy.scope():
-            variables = [tf.Variable(tf.constant(v, tf.float32)) for v in init]
+            variables, loss_fn = step_time.instantiate(init, shape_loss_fn)
             opt = make_opt()
             opt.build(variables)  # Not on the first call of a tf.function.
 
-        def replica_step(opt=opt, variables=variables, step=step):
+        def replica_step(opt=opt, variables=variables, step=step,
+                         loss_fn=loss_fn):
             return step(opt, variables, loss_fn, None)
 
         def fn(replica_step=replica_step):
@@ -278,9 +364,7 @@ def measure_mirrored(shape, rounds, round_seconds, eager=False):
         for _ in range(3):
             fn().numpy()
         fns[name] = fn
-    medians = step_time.interleaved_medians(fns, rounds, round_seconds)
-    return {name: (medians[name], medians[name] / medians["bare"], None)
-            for name in fns}
+    return _ratios(step_time.interleaved_samples(fns, rounds, round_seconds), {})
 
 
 def _table(results):
@@ -321,6 +405,9 @@ def main():
     parser.add_argument(
         "--output", default=os.path.join(step_time.ROOT, "docs",
                                          "performance.md"))
+    parser.add_argument("--marker",
+                        help="the block of --output to write (default: "
+                        "ablation, mirrored or mirrored_eager)")
     args = parser.parse_args()
     results = {}
     if args.mirrored:
@@ -344,7 +431,7 @@ def main():
         marker = "ablation"
         if args.mirrored:
             marker = "mirrored_eager" if args.eager else "mirrored"
-        write_block(args.output, marker, table)
+        write_block(args.output, args.marker or marker, table)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,23 @@
 """Step time of loss scaling against the bare optimizer, side by side.
 
-    .venv/bin/python benchmarks/step_time.py [--rounds N] [--output PATH]
+    .venv/bin/python benchmarks/step_time.py [--processes N] [--rounds N]
+        [--shapes SHAPE ...] [--output PATH]
 
-Measures one training step (forward, gradients, apply) for each variant, in
-one process, with interleaved rounds (A B C ... A B C ...), and reports the
-median step time as a ratio to the bare optimizer, plus the number of ops in
-the traced step (the step's graph and every function it calls). Writes a
-Markdown table to docs/performance.md and prints it.
+Measures one training step (forward, gradients, apply) for each variant with
+interleaved rounds (A B C ... A B C ...), each shape in a process of its
+own, and the whole run N times (default 3), one process after another. In
+each process a variant's ratio is the median over rounds of its step time
+divided by its baseline's in the same round; a cell reports the median of
+the N processes' ratios and their range (one process can sit 0.2x off the
+others under XLA), the median step time and the number of ops in the traced
+step (the step's graph and every function it calls). Writes a Markdown
+table to docs/performance.md and prints it.
 
 Variants:
   keras            bare Keras 3 optimizer (baseline for the rows below it)
+  floor            the bare optimizer's update inside a tf.cond on a finite
+                   check of each gradient: what exact skip semantics cost
+                   with nothing else of loss scaling
   keras_lso        keras.optimizers.LossScaleOptimizer (scale_loss + apply)
   tf_lso_keras     tf_lso.LossScaleOptimizer, Keras 3 protocol
                    (scale_loss + apply_gradients of scaled gradients)
@@ -26,9 +34,13 @@ step takes the apply branch, as almost every real step does.
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -90,8 +102,41 @@ def _independent(count, batch=8, width=16):
     return init, loss
 
 
+def _keras_mlp(layers, width, batch):
+    """The 100 x 32 MLP as a user writes it: Keras layers and variables.
+
+    Returns a builder in place of initial values (see `instantiate`): each
+    variant gets its own model, seeded alike.
+    """
+    x = tf.constant(np.random.default_rng(0).normal(size=(batch, width)),
+                    tf.float32)
+
+    def build():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [keras.Input((width,))]
+            + [keras.layers.Dense(width, activation="tanh")
+               for _ in range(layers)]
+        )
+
+        def loss(variables):  # The model reads them; the tape watches them.
+            return tf.reduce_mean(tf.square(model(x)))
+
+        return model.trainable_variables, loss
+
+    return build, None
+
+
+def instantiate(init, loss_fn):
+    """Fresh variables for one variant, and the loss function of them."""
+    if callable(init):
+        return init()
+    return [tf.Variable(tf.constant(v, tf.float32)) for v in init], loss_fn
+
+
 SHAPES = {
     "MLP 100 layers x 32 (200 vars)": lambda: _mlp(100, 32, 32),
+    "Keras Dense 100 layers x 32 (200 vars)": lambda: _keras_mlp(100, 32, 32),
     "MLP 8 layers x 512 (16 vars)": lambda: _mlp(8, 512, 64),
     "Embedding 20000x64 + 2 dense (5 vars)": lambda: _embedding(20000, 64,
                                                                 64, 8),
@@ -129,6 +174,21 @@ def _keras_protocol_step(opt, variables, loss_fn):
     return loss
 
 
+def _floor_step(opt, variables, loss_fn):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(variables)
+    grads = tape.gradient(loss, variables)
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g))
+                            for g in grads])
+
+    def apply():
+        opt.apply_gradients(zip(grads, variables))
+        return tf.constant(True)
+
+    tf.cond(finite, apply, lambda: tf.constant(False))
+    return loss
+
+
 def _legacy_protocol_step(opt, variables, loss_fn):
     with tf.GradientTape() as tape:
         loss = loss_fn(variables)
@@ -141,6 +201,7 @@ def _legacy_protocol_step(opt, variables, loss_fn):
 # name: (make optimizer, step, baseline name)
 VARIANTS = {
     "keras": (_sgd, _plain_step, "keras"),
+    "floor": (_sgd, _floor_step, "keras"),
     "keras_lso": (lambda: keras.optimizers.LossScaleOptimizer(_sgd()),
                   _keras_protocol_step, "keras"),
     "tf_lso_keras": (lambda: tf_lso.LossScaleOptimizer(_sgd()),
@@ -155,6 +216,15 @@ VARIANTS = {
 }
 
 
+# (variant, shape, jit_compile): why that cell is not measured.
+NOT_MEASURED = {
+    # XLA turns the floor's conditional into selects and fuses the 1000
+    # per-gradient finite flags into each of the 1000 updates: its compile
+    # of that quadratic program reached this machine's 24 GB in 30 min.
+    ("floor", "1000 independent vars", True): "XLA compile > 24 GB",
+}
+
+
 def _op_count(concrete):
     graph_def = concrete.graph.as_graph_def()
     return len(graph_def.node) + sum(
@@ -164,8 +234,10 @@ def _op_count(concrete):
 
 def _make(variant, init, loss_fn, jit_compile):
     make_opt, step, _ = VARIANTS[variant]
-    variables = [tf.Variable(tf.constant(v, tf.float32)) for v in init]
+    variables, loss_fn = instantiate(init, loss_fn)
     opt = make_opt()
+    if step is _floor_step:  # No variables may be created inside its cond.
+        opt.build(variables)
     fn = tf.function(lambda: step(opt, variables, loss_fn),
                      jit_compile=jit_compile)
     ops = _op_count(fn.get_concrete_function())
@@ -182,8 +254,8 @@ def _time(fn, steps):
     return (time.perf_counter() - start) / steps
 
 
-def interleaved_medians(fns, rounds, round_seconds):
-    """Median step time of each of `fns`, timed in interleaved rounds."""
+def interleaved_samples(fns, rounds, round_seconds):
+    """Step times of each of `fns`, one per round, timed interleaved."""
     # Steps per round: about `round_seconds` for the slowest function.
     slowest = max(_time(fn, 3) for fn in fns.values())
     steps = max(5, int(round_seconds / slowest))
@@ -191,62 +263,137 @@ def interleaved_medians(fns, rounds, round_seconds):
     for _ in range(rounds):
         for name, fn in fns.items():  # interleaved: A B C ... A B C ...
             samples[name].append(_time(fn, steps))
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return samples
 
 
 def measure(shape, jit_compile, rounds, round_seconds):
+    """{variant: (median seconds, ratio, ops) or the error's type name}.
+
+    The ratio is the median over rounds of the variant's time divided by its
+    baseline's in the same round (a round's load affects both alike).
+    """
     init, loss_fn = SHAPES[shape]()
     fns, ops, failed = {}, {}, {}
     for variant in VARIANTS:
+        if (variant, shape, jit_compile) in NOT_MEASURED:
+            failed[variant] = NOT_MEASURED[variant, shape, jit_compile]
+            continue
         try:
             fns[variant], ops[variant] = _make(variant, init, loss_fn,
                                                jit_compile)
         except Exception as e:  # e.g. an op XLA cannot compile
             failed[variant] = f"{type(e).__name__}"
-    medians = interleaved_medians(fns, rounds, round_seconds)
+    samples = interleaved_samples(fns, rounds, round_seconds)
 
     def cell(variant, base):
         if variant in failed:
             return failed[variant]
         if base in failed:
             return f"its baseline: {failed[base]}"
-        return medians[variant], medians[variant] / medians[base], ops[variant]
+        ratios = [a / b for a, b in zip(samples[variant], samples[base])]
+        return (statistics.median(samples[variant]),
+                statistics.median(ratios), ops[variant])
 
     return {variant: cell(variant, base)
             for variant, (_, _, base) in VARIANTS.items()}
 
 
-def _table(results, rounds):
+def combine(runs):
+    """One cell per variant from several processes' `measure` results.
+
+    Returns {variant: (median seconds, median ratio, lowest ratio, highest
+    ratio, ops)}, or the error's text if any process failed it.
+    """
+    cells = {}
+    for variant in runs[0]:
+        results = [run[variant] for run in runs]
+        failures = [r for r in results if isinstance(r, str)]
+        if failures:
+            cells[variant] = failures[0]
+            continue
+        ratios = [r[1] for r in results]
+        cells[variant] = (statistics.median(r[0] for r in results),
+                          statistics.median(ratios), min(ratios), max(ratios),
+                          results[0][2])
+    return cells
+
+
+def _cell(value):
+    if isinstance(value, str):
+        if value in NOT_MEASURED.values():
+            return f"not measured: {value}"
+        return f"fails: {value}"
+    seconds, ratio, low, high, ops = value
+    return (f"{ratio:.2f}× ({low:.2f}–{high:.2f}; {seconds * 1e3:.2f} ms, "
+            f"{ops} ops)")
+
+
+def _table(results):
     variants = list(VARIANTS)
     lines = [
         "| shape | mode | " + " | ".join(variants) + " |",
         "|---|---|" + "---|" * len(variants),
     ]
     for (shape, mode), row in results.items():
-        cells = [f"fails: {row[v]}" if isinstance(row[v], str) else
-                 f"{row[v][1]:.2f}× ({row[v][0] * 1e3:.2f} ms, "
-                 f"{row[v][2]} ops)" for v in variants]
+        cells = [_cell(row[v]) for v in variants]
         lines.append(f"| {shape} | {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+MODES = {"tf.function": False, "jit_compile": True}
+
+
+def _run_process(args, shape):
+    """Measures one shape in every mode in a new process; returns results.
+
+    One process per shape: a process keeps what XLA compiled, and one that
+    measured every shape reached 18 GB at the last.
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "results.json")
+        subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--child", path,
+             "--rounds", str(args.rounds),
+             "--round-seconds", str(args.round_seconds),
+             "--shapes", shape, "--modes", *args.modes],
+            check=True,
+        )
+        with open(path) as f:
+            return {tuple(key.split("\t")): row
+                    for key, row in json.load(f).items()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--round-seconds", type=float, default=0.1)
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    parser.add_argument("--modes", nargs="*", default=list(MODES))
     parser.add_argument(
         "--output", default=os.path.join(ROOT, "docs", "performance.md")
     )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    results = {}
-    for shape in args.shapes:
-        for jit_compile in (False, True):
-            mode = "jit_compile" if jit_compile else "tf.function"
-            results[(shape, mode)] = measure(shape, jit_compile, args.rounds,
-                                             args.round_seconds)
-            print(f"measured {shape}, {mode}", flush=True)
-    table = _table(results, args.rounds)
+    if args.child:  # One process's share: results as JSON, no table.
+        results = {}
+        for shape in args.shapes:
+            for mode in args.modes:
+                results[f"{shape}\t{mode}"] = measure(
+                    shape, MODES[mode], args.rounds, args.round_seconds)
+                print(f"measured {shape}, {mode}", flush=True)
+        with open(args.child, "w") as f:
+            json.dump(results, f)
+        return
+    runs = []
+    for number in range(args.processes):
+        print(f"process {number + 1} of {args.processes}", flush=True)
+        run = {}
+        for shape in args.shapes:
+            run.update(_run_process(args, shape))
+        runs.append(run)
+    results = {key: combine([run[key] for run in runs]) for key in runs[0]}
+    table = _table(results)
     print(table)
     if args.output:
         _write(args.output, table, args)
@@ -260,10 +407,12 @@ def _write(path, table, args):
                f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
                f"tf_keras {tf_keras.__version__}")
     text = header.format(date=datetime.date.today().isoformat(),
-                         machine=machine, rounds=args.rounds, table=table)
+                         machine=machine, rounds=args.rounds,
+                         processes=args.processes, table=table)
     if os.path.exists(path):  # benchmarks/ablation.py's tables stay.
         old = open(path).read()
-        for marker in ("ablation", "mirrored", "mirrored_eager"):
+        for marker in ("ablation", "candidates", "hlo", "mirrored",
+                       "mirrored_eager"):
             text = _keep_block(old, text, marker)
     with open(path, "w") as f:
         f.write(text)
