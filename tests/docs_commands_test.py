@@ -55,6 +55,13 @@ NOT_RUN = {
     "--variants cond_check tf_lso_keras": _BENCHMARK,
     ".venv/bin/python benchmarks/compare_revisions.py f5f75ad~1 --rounds 40 "
     "--round-seconds 0.3": _BENCHMARK,
+    ".venv/bin/python benchmarks/ablation.py --marker candidates --shapes "
+    '"10 independent vars" "MLP 100 layers x 32 (200 vars)" "Keras Dense '
+    '100 layers x 32 (200 vars)" --variants tf_lso_keras tf_lso_legacy '
+    "cond_check": _BENCHMARK,
+    ".venv/bin/python benchmarks/hlo_summary.py":
+        "compiles 15 steps with XLA (minutes) and rewrites a table of "
+        "docs/performance.md; it checks nothing",
     "python -m tf_lso run OLD_SCRIPT.py [args…]":
         "a template: OLD_SCRIPT.py is the reader's script",
     "python -m tf_lso run old_script.py [args…]":
