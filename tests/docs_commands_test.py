@@ -50,9 +50,6 @@ NOT_RUN = {
     'python3.11 -m venv .venv && .venv/bin/pip install -q "nox==2026.10.20" '
     "&& .venv/bin/nox -s benchmarks": _BENCHMARK,
     ".venv/bin/nox -s benchmarks -- ablation.py --mirrored": _BENCHMARK,
-    ".venv/bin/python benchmarks/ablation.py --output '' --modes tf.function "
-    '--shapes "MLP 100 layers x 32 (200 vars)" "1000 independent vars" '
-    "--variants cond_check tf_lso_keras": _BENCHMARK,
     ".venv/bin/python benchmarks/compare_revisions.py f5f75ad~1 --rounds 40 "
     "--round-seconds 0.3": _BENCHMARK,
     ".venv/bin/python benchmarks/ablation.py --marker candidates --shapes "
