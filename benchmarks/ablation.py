@@ -321,8 +321,7 @@ def _ratios(samples, ops):
     """{name: (median seconds, median of per-round ratios to bare, ops)}."""
     return {
         name: (statistics.median(times),
-               statistics.median(a / b for a, b in zip(times, samples["bare"])),
-               ops.get(name))
+               step_time.median_ratio(times, samples["bare"]), ops.get(name))
         for name, times in samples.items()
     }
 
@@ -381,13 +380,6 @@ def _table(results):
     return "\n".join(lines)
 
 
-def write_block(path, marker, table):
-    """Replaces the text between `marker`'s begin/end lines in `path`."""
-    text = step_time.replace_block(open(path).read(), marker, f"\n{table}\n")
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -431,7 +423,7 @@ def main():
         marker = "ablation"
         if args.mirrored:
             marker = "mirrored_eager" if args.eager else "mirrored"
-        write_block(args.output, args.marker or marker, table)
+        step_time.write_block(args.output, args.marker or marker, table)
 
 
 if __name__ == "__main__":

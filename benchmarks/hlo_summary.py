@@ -122,10 +122,7 @@ def main():
                          + " | ".join(str(counts[k]) for k in KINDS) + " |")
             print(lines[-1], flush=True)
     if args.output:
-        text = step_time.replace_block(open(args.output).read(), "hlo",
-                                       "\n" + "\n".join(lines) + "\n")
-        with open(args.output, "w") as f:
-            f.write(text)
+        step_time.write_block(args.output, "hlo", "\n".join(lines))
 
 
 if __name__ == "__main__":

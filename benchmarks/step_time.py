@@ -266,6 +266,11 @@ def interleaved_samples(fns, rounds, round_seconds):
     return samples
 
 
+def median_ratio(times, base_times):
+    """The median over rounds of `times` divided by `base_times` (same round)."""
+    return statistics.median(a / b for a, b in zip(times, base_times))
+
+
 def measure(shape, jit_compile, rounds, round_seconds):
     """{variant: (median seconds, ratio, ops) or the error's type name}.
 
@@ -290,9 +295,8 @@ def measure(shape, jit_compile, rounds, round_seconds):
             return failed[variant]
         if base in failed:
             return f"its baseline: {failed[base]}"
-        ratios = [a / b for a, b in zip(samples[variant], samples[base])]
         return (statistics.median(samples[variant]),
-                statistics.median(ratios), ops[variant])
+                median_ratio(samples[variant], samples[base]), ops[variant])
 
     return {variant: cell(variant, base)
             for variant, (_, _, base) in VARIANTS.items()}
@@ -427,6 +431,13 @@ def replace_block(text, marker, content):
     begin, end = _markers(marker)
     head, rest = text.split(begin, 1)
     return head + begin + content + end + rest.split(end, 1)[1]
+
+
+def write_block(path, marker, table):
+    """Replaces the text between `marker`'s begin/end lines in `path`."""
+    text = replace_block(open(path).read(), marker, f"\n{table}\n")
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def _keep_block(old, new, marker):
