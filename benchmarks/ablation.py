@@ -51,9 +51,9 @@ if MIRRORED:  # Before TensorFlow initialises its devices.
 import keras  # noqa: E402
 
 import tf_lso  # noqa: E402
-from tf_lso._src import apply_step  # noqa: E402
-from tf_lso._src import distribute  # noqa: E402
-from tf_lso._src import gradients as gradients_lib  # noqa: E402
+from tf_lso._src.gradients import packing as gradients_lib  # noqa: E402
+from tf_lso._src.gradients import replicas as distribute  # noqa: E402
+from tf_lso._src.optimizer import apply_step  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_time  # noqa: E402

@@ -9,13 +9,13 @@ import pytest
 import tensorflow as tf
 
 import tf_lso
-from tf_lso._src import callbacks
-from tf_lso._src import experimental_loss_scale_optimizer
-from tf_lso._src import install
-from tf_lso._src import loss_scale
-from tf_lso._src import loss_scale_optimizer
-from tf_lso._src import policy
-from tf_lso._src import serialization
+from tf_lso._src.legacy_api import install
+from tf_lso._src.legacy_api import policy
+from tf_lso._src.optimizer import callbacks
+from tf_lso._src.optimizer import experimental_loss_scale_optimizer
+from tf_lso._src.optimizer import loss_scale_optimizer
+from tf_lso._src.scaling import loss_scale
+from tf_lso._src.scaling import serialization
 
 PUBLIC = {
     "tf_lso": {"LossScaleOptimizer", "Overflow", "callbacks", "experimental",

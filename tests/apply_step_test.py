@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.apply_step: one step, applied or skipped.
+"""Tests for tf_lso._src.optimizer.apply_step: one step, applied or skipped.
 
 The optimizer-level behaviour (protocols, strategies, accumulation) is in
 loss_scale_optimizer_test.py and distribute_test.py; here the step runs on
@@ -9,11 +9,11 @@ import keras
 import tensorflow as tf
 from absl.testing import parameterized
 
-from tf_lso._src import apply_step
-from tf_lso._src import gradients
-from tf_lso._src import inner_optimizer
-from tf_lso._src import loss_scale as loss_scale_lib
-from tf_lso._src import training_health
+from tf_lso._src.gradients import packing as gradients
+from tf_lso._src.inner import base as inner_optimizer
+from tf_lso._src.optimizer import apply_step
+from tf_lso._src.optimizer import training_health
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 import test_util
 

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.callbacks: `LossScaleMonitor` in `fit`.
+"""Tests for tf_lso._src.optimizer.callbacks: `LossScaleMonitor` in `fit`.
 
 Its logs with one device are in keras_fit_test.py and training_health_test.py;
 here: under MirroredStrategy, and when its floor warning fires.

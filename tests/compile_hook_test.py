@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.compile_hook: its two switches.
+"""Tests for tf_lso._src.legacy_api.compile_hook: its two switches.
 
 What `compile` does under each policy is tested in policy_test.py and
 install_test.py.
@@ -8,7 +8,7 @@ import keras
 import pytest
 
 import tf_lso
-from tf_lso._src import compile_hook
+from tf_lso._src.legacy_api import compile_hook
 
 
 @pytest.fixture(autouse=True)

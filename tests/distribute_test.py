@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.distribute: one skip decision for every replica.
+"""Tests for tf_lso._src.gradients.replicas: one skip decision for every replica.
 
 Custom loops and `fit` under MirroredStrategy (two logical CPUs) and
 OneDeviceStrategy; multi-worker runs are in multi_worker_test.py.
@@ -11,7 +11,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
-from tf_lso._src import gradients
+from tf_lso._src.gradients import packing as gradients
 
 import test_util
 

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.experimental_loss_scale_optimizer and optimizer configs."""
+"""Tests for tf_lso._src.optimizer.experimental_loss_scale_optimizer and configs."""
 
 import copy
 

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.gradients: finite checks and (un)scaling."""
+"""Tests for tf_lso._src.gradients.packing: finite checks and (un)scaling."""
 
 import numpy as np
 import tensorflow as tf
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from tf_lso._src import gradients
+from tf_lso._src.gradients import packing as gradients
 
 import test_util
 

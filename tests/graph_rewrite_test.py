@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.graph_rewrite: `enable_mixed_precision_graph_rewrite`.
+"""Tests for tf_lso._src.legacy_api.graph_rewrite: `enable_..._graph_rewrite`.
 
 What TF 2.4-2.8 did for Keras optimizers (wrap in the experimental class,
 switch on the grappler pass), and TF1 optimizers handed to TensorFlow.

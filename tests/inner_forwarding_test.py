@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.inner_forwarding: attributes read/written through."""
+"""Tests for tf_lso._src.inner.forwarding: attributes read/written through."""
 
 import keras
 import numpy as np

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.inner_optimizer: what can be wrapped, incl. tf_keras."""
+"""Tests for tf_lso._src.inner.base: what can be wrapped, incl. tf_keras."""
 
 import importlib
 import inspect
@@ -9,7 +9,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
-from tf_lso._src import inner_optimizer as inner_lib
+from tf_lso._src.inner import base as inner_lib
 
 import test_util
 
@@ -27,9 +27,9 @@ class ProtocolTest(tf.test.TestCase, parameterized.TestCase):
 
         protocols = [
             cls
-            for info in pkgutil.iter_modules(src.__path__)
+            for info in pkgutil.walk_packages(src.__path__, "tf_lso._src.")
             for _, cls in inspect.getmembers(
-                importlib.import_module(f"tf_lso._src.{info.name}"),
+                importlib.import_module(info.name),
                 inspect.isclass)
             if cls.__dict__.get("_is_protocol", False)
         ]

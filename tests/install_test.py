@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.install and `python -m tf_lso run`."""
+"""Tests for tf_lso._src.legacy_api.install and `python -m tf_lso run`."""
 
 import importlib
 import subprocess
@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import tf_lso
 from tf_lso import __main__ as cli
-from tf_lso._src import install as install_lib
+from tf_lso._src.legacy_api import install as install_lib
 
 KERAS_LSO = keras.optimizers.LossScaleOptimizer
 

@@ -1,9 +1,9 @@
-"""Tests for tf_lso._src.keras_slots: TF 2.x names on a Keras 3 optimizer."""
+"""Tests for tf_lso._src.inner.keras_slots: TF 2.x names on a Keras 3 optimizer."""
 
 import keras
 import tensorflow as tf
 
-from tf_lso._src import keras_slots
+from tf_lso._src.inner import keras_slots
 
 
 class KerasSlotsTest(tf.test.TestCase):

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.loss_scale_optimizer (the TF 2.4 class)."""
+"""Tests for tf_lso._src.optimizer.loss_scale_optimizer (the TF 2.4 class)."""
 
 import contextlib
 from unittest import mock
@@ -9,7 +9,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
-from tf_lso._src import gradients as gradients_lib
+from tf_lso._src.gradients import packing as gradients_lib
 
 import test_util
 

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.loss_scale: LossScale, FixedLossScale, DynamicLossScale."""
+"""Tests for tf_lso._src.scaling.loss_scale: the three loss scale classes."""
 
 import contextlib
 

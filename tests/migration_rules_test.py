@@ -38,7 +38,7 @@ def test_every_replacement_exists_in_tf_lso():
 
 @migration_util.needs_tensorflow
 def test_every_name_install_provides_is_known():
-    from tf_lso._src import install as install_lib
+    from tf_lso._src.legacy_api import install as install_lib
 
     for name in install_lib.installed_names():
         assert rules.replacement(name) is not None, name

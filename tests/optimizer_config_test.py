@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.optimizer_config: argument checks and old configs."""
+"""Tests for tf_lso._src.optimizer.config: argument checks and old configs."""
 
 import copy
 
@@ -6,8 +6,8 @@ import keras
 import pytest
 
 import tf_lso
-from tf_lso._src import loss_scale as loss_scale_lib
-from tf_lso._src import optimizer_config
+from tf_lso._src.optimizer import config as optimizer_config
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 import test_util
 

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.policy: the TF 2.1-2.3 Policy API and compile."""
+"""Tests for tf_lso._src.legacy_api.policy: the TF 2.1-2.3 Policy API and compile."""
 
 import keras
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import tf_lso
-from tf_lso._src import compile_hook
+from tf_lso._src.legacy_api import compile_hook
 
 Policy = tf_lso.experimental.Policy
 

@@ -1,10 +1,10 @@
-"""Tests for tf_lso._src.serialization: get, serialize, deserialize."""
+"""Tests for tf_lso._src.scaling.serialization: get, serialize, deserialize."""
 
 import tensorflow as tf
 from absl.testing import parameterized
 
 from tf_lso import experimental
-from tf_lso._src import serialization
+from tf_lso._src.scaling import serialization
 
 
 class SerializationTest(tf.test.TestCase, parameterized.TestCase):

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._src.training_health: overflow records and stuck runs."""
+"""Tests for tf_lso._src.optimizer.training_health: overflow records and stuck runs."""
 
 import keras
 import numpy as np
@@ -7,7 +7,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
-from tf_lso._src import training_health
+from tf_lso._src.optimizer import training_health
 
 import test_util
 

@@ -1,10 +1,10 @@
-"""Tests for tf_lso._src.validation: scales judged as float32, step counts."""
+"""Tests for tf_lso._src.scaling.validation: scales judged as float32, step counts."""
 
 import numpy as np
 import pytest
 
 import tf_lso
-from tf_lso._src import validation
+from tf_lso._src.scaling import validation
 
 F32_MAX = float(np.finfo(np.float32).max)
 

@@ -26,27 +26,28 @@ __all__ = (
 
 # Each public name and the module it comes from (subpackages: themselves).
 _SOURCES = {
-    "LossScaleOptimizer": "tf_lso._src.loss_scale_optimizer",
-    "Overflow": "tf_lso._src.training_health",
+    "LossScaleOptimizer": "tf_lso._src.optimizer.loss_scale_optimizer",
+    "Overflow": "tf_lso._src.optimizer.training_health",
     "callbacks": "tf_lso.callbacks",
     "experimental": "tf_lso.experimental",
-    "install": "tf_lso._src.install",
-    "uninstall": "tf_lso._src.install",
+    "install": "tf_lso._src.legacy_api.install",
+    "uninstall": "tf_lso._src.legacy_api.install",
 }
 
 if typing.TYPE_CHECKING:  # What type checkers and IDEs read.
     from tf_lso import callbacks
     from tf_lso import experimental
-    from tf_lso._src.install import install
-    from tf_lso._src.install import uninstall
-    from tf_lso._src.loss_scale_optimizer import LossScaleOptimizer
-    from tf_lso._src.training_health import Overflow
+    from tf_lso._src.legacy_api.install import install
+    from tf_lso._src.legacy_api.install import uninstall
+    from tf_lso._src.optimizer.loss_scale_optimizer import LossScaleOptimizer
+    from tf_lso._src.optimizer.training_health import Overflow
 
 
 def __getattr__(name):
     source = _SOURCES.get(name)
     if source is None:
         raise AttributeError(f"module 'tf_lso' has no attribute {name!r}")
+    _require_runtime()
     module = importlib.import_module(source)
     value = module if source == f"tf_lso.{name}" else getattr(module, name)
     globals()[name] = value
@@ -57,6 +58,11 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
+def _require_runtime():
+    """Raises an ImportError saying what to install, unless TF/Keras fit."""
+    importlib.import_module("tf_lso._src.version_gate")
+
+
 def _import_runtime_if_usable():
     if sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0]) in (
             "tf-lso", "tf-lso.exe"):
@@ -65,7 +71,7 @@ def _import_runtime_if_usable():
         # TensorFlow's start-up time and log lines; `run` imports it.
         return
     try:
-        importlib.import_module("tf_lso._src")  # Checks the versions.
+        _require_runtime()
     except ImportError:
         return  # Raised again, with what to install, on first use.
     for name in __all__:

@@ -1,20 +1,22 @@
 """The TF 2.1-2.3 experimental API: loss scale classes and their optimizer."""
 
-from tf_lso._src.experimental_loss_scale_optimizer import (
+# First: without a usable TensorFlow, an ImportError says what to install.
+from tf_lso._src import version_gate  # noqa: F401
+from tf_lso._src.legacy_api.graph_rewrite import disable_mixed_precision_graph_rewrite
+from tf_lso._src.legacy_api.graph_rewrite import enable_mixed_precision_graph_rewrite
+from tf_lso._src.legacy_api.policy import Policy
+from tf_lso._src.legacy_api.policy import get_layer_policy
+from tf_lso._src.legacy_api.policy import global_policy
+from tf_lso._src.legacy_api.policy import set_policy
+from tf_lso._src.optimizer.experimental_loss_scale_optimizer import (
     LossScaleOptimizerV1 as LossScaleOptimizer,
 )
-from tf_lso._src.graph_rewrite import disable_mixed_precision_graph_rewrite
-from tf_lso._src.graph_rewrite import enable_mixed_precision_graph_rewrite
-from tf_lso._src.loss_scale import DynamicLossScale
-from tf_lso._src.loss_scale import FixedLossScale
-from tf_lso._src.loss_scale import LossScale
-from tf_lso._src.policy import Policy
-from tf_lso._src.policy import get_layer_policy
-from tf_lso._src.policy import global_policy
-from tf_lso._src.policy import set_policy
-from tf_lso._src.serialization import deserialize
-from tf_lso._src.serialization import get
-from tf_lso._src.serialization import serialize
+from tf_lso._src.scaling.loss_scale import DynamicLossScale
+from tf_lso._src.scaling.loss_scale import FixedLossScale
+from tf_lso._src.scaling.loss_scale import LossScale
+from tf_lso._src.scaling.serialization import deserialize
+from tf_lso._src.scaling.serialization import get
+from tf_lso._src.scaling.serialization import serialize
 
 __all__ = (
     "DynamicLossScale",

@@ -14,8 +14,8 @@ import sys
 import tensorflow as tf
 
 from tf_lso._src import compat
-from tf_lso._src import distribute
-from tf_lso._src import validation
+from tf_lso._src.gradients import replicas
+from tf_lso._src.scaling import validation
 
 # How many offending variables a record names (the count is always exact).
 MAX_NAMED = 8
@@ -103,7 +103,7 @@ class OverflowRecord(tf.Module):
             )
         self.max_consecutive_skips = max_consecutive_skips
         self.print_overflows = print_overflows
-        state = distribute.state_variable
+        state = replicas.state_variable
         self.step = state(-1, tf.int64, "overflow_step")
         self.count = state(0, tf.int64, "overflow_count")
         self.indices = state([-1] * MAX_NAMED, tf.int64, "overflow_variables")

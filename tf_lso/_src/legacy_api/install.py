@@ -16,8 +16,8 @@ import keras
 import tensorflow as tf
 
 from tf_lso._migration import rules as legacy
-from tf_lso._src import compile_hook
-from tf_lso._src import policy as policy_lib
+from tf_lso._src.legacy_api import compile_hook
+from tf_lso._src.legacy_api import policy as policy_lib
 
 _MISSING = object()
 _installed = []  # (owner, attribute, previous value or _MISSING)
@@ -121,8 +121,9 @@ def install() -> None:
     in `tf_lso.LossScaleOptimizer` instead of Keras 3's class.
 
     >>> tf_lso.install()
-    >>> tf.keras.mixed_precision.experimental.LossScaleOptimizer
-    <class 'tf_lso._src.experimental_loss_scale_optimizer.LossScaleOptimizerV1'>
+    >>> (tf.keras.mixed_precision.experimental.LossScaleOptimizer
+    ...  is tf_lso.experimental.LossScaleOptimizer)
+    True
     >>> tf_lso.uninstall()
     >>> hasattr(tf.keras.mixed_precision, "experimental")
     False

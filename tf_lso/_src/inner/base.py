@@ -19,10 +19,10 @@ import numpy as np
 import tensorflow as tf
 
 from tf_lso._src import compat
-from tf_lso._src import distribute
-from tf_lso._src import gradients as gradients_lib
-from tf_lso._src import keras_slots
-from tf_lso._src import tensor_like
+from tf_lso._src.gradients import packing
+from tf_lso._src.gradients import replicas
+from tf_lso._src.inner import keras_slots
+from tf_lso._src.scaling import tensor_like
 
 
 class InnerOptimizer(typing.Protocol):
@@ -50,7 +50,7 @@ class InnerOptimizer(typing.Protocol):
         That is a `tf.compat.v1` graph (run by a Session), for every kind
         but OptimizerV2, the optimizer TF 2.4 wrapped.
         """
-        if distribute.in_v1_graph():
+        if replicas.in_v1_graph():
             raise RuntimeError(
                 "In a tf.compat.v1 graph (run by a Session), the inner "
                 "optimizer must be a tf_keras legacy optimizer "
@@ -60,8 +60,8 @@ class InnerOptimizer(typing.Protocol):
                 "a legacy optimizer, or train eagerly or in a tf.function."
             )
 
-    def aggregated(self, packed: gradients_lib.Packed,
-                   var_list: list) -> tuple[gradients_lib.Packed, bool]:
+    def aggregated(self, packed: packing.Packed,
+                   var_list: list) -> tuple[packing.Packed, bool]:
         """Sums gradients over replicas as the optimizer's own apply would.
 
         Called before the finite check, so that the check sees what the
@@ -215,7 +215,7 @@ class KerasInner(_Wrapper):
 
     def aggregated(self, packed, var_list):
         del var_list  # `packed` knows the values that are not summed.
-        if distribute.replicas_in_sync() == 1:
+        if replicas.replicas_in_sync() == 1:
             return packed, True
         # Keras 3 would clip each replica's gradients before its all-reduce;
         # TF 2.4 clipped the sum, and so does this (one all-reduce for all).
@@ -382,7 +382,7 @@ def _aggregated(aggregate, packed, var_list):
     summed = aggregate([(grads[i], var_list[i]) for i in present])
     for i, (grad, _) in zip(present, summed):
         grads[i] = grad
-    return gradients_lib.pack(grads, var_list)
+    return packing.pack(grads, var_list)
 
 
 def is_supported(optimizer) -> bool:

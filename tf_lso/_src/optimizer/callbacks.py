@@ -6,8 +6,8 @@ import warnings
 
 import keras
 
-from tf_lso._src import training_health
-from tf_lso._src import validation
+from tf_lso._src.optimizer import training_health
+from tf_lso._src.scaling import validation
 
 
 class LossScaleMonitor(keras.callbacks.Callback):

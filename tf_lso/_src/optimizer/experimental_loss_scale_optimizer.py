@@ -12,12 +12,12 @@ from typing import Any
 
 import keras
 
-from tf_lso._src import distribute
-from tf_lso._src import inner_optimizer as inner_lib
-from tf_lso._src import loss_scale as loss_scale_lib
-from tf_lso._src import loss_scale_optimizer as lso_lib
-from tf_lso._src import optimizer_config
-from tf_lso._src import serialization
+from tf_lso._src.gradients import replicas
+from tf_lso._src.inner import base as inner_lib
+from tf_lso._src.optimizer import config as optimizer_config
+from tf_lso._src.optimizer import loss_scale_optimizer as lso_lib
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
+from tf_lso._src.scaling import serialization
 
 
 def _to_loss_scale(loss_scale):
@@ -91,7 +91,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         print_overflows: bool = False,
     ) -> None:
         inner = inner_lib.wrap(optimizer, "optimizer")
-        distribute.check_strategy_supported()
+        replicas.check_strategy_supported()
         self._init_wrapper(inner, _to_loss_scale(loss_scale), name,
                            max_consecutive_skips, print_overflows)
 

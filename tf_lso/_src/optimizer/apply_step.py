@@ -17,8 +17,8 @@ method, so nothing here asks which one it has.
 
 import tensorflow as tf
 
-from tf_lso._src import distribute
-from tf_lso._src import gradients as gradients_lib
+from tf_lso._src.gradients import packing
+from tf_lso._src.gradients import replicas
 
 
 class ApplyStep(tf.Module):
@@ -39,7 +39,7 @@ class ApplyStep(tf.Module):
         self._loss_scale = loss_scale
         self._overflow = overflow
         # Not checkpointed (the layout stays TF 2.4's), like the record.
-        self.skipped_steps = distribute.state_variable(
+        self.skipped_steps = replicas.state_variable(
             0, tf.int64, "skipped_steps"
         )
 
@@ -77,26 +77,26 @@ class ApplyStep(tf.Module):
 
         def skip_fn(values, scale):
             # Only skipped steps pay for finding the offending variables.
-            nonfinite = distribute.sum_over_replicas(
+            nonfinite = replicas.sum_over_replicas(
                 checked.nonfinite_per_gradient, values)
             consecutive = self._overflow.record(
                 nonfinite, self._inner.iterations, names_id,
-                distribute.first_replica(scale))
+                replicas.first_replica(scale))
             self._inner.skip_step()
             self.skipped_steps.assign_add(1)
             self._overflow.report(names_id)
             self._overflow.check(consecutive, names_id)
 
-        v1_graph = distribute.in_v1_graph()
+        v1_graph = replicas.in_v1_graph()
         if v1_graph:
             skip_fn = _one_op(skip_fn)
-        step_op = distribute.cond_on_all_replicas(
+        step_op = replicas.cond_on_all_replicas(
             should_apply, apply_fn, skip_fn,
             args=(packed.values, packed.aux, var_list),
             false_args=(checked.values, scale),
         )
         if v1_graph:
-            return distribute.grouped((update_op, step_op))
+            return replicas.grouped((update_op, step_op))
         return None
 
     def _check(self, packed, var_list):
@@ -116,7 +116,7 @@ class ApplyStep(tf.Module):
         if window is None:
             return (*self._loss_scale._update_packed(packed), packed)
         is_window_end, accumulators = window
-        sums = gradients_lib.pack([
+        sums = packing.pack([
             None if g is None else tf.convert_to_tensor(g) + acc
             for g, acc in zip(packed.unpack(), accumulators)
         ])

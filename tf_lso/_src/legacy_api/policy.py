@@ -13,9 +13,9 @@ from typing import Any
 import keras
 
 from tf_lso._src import compat
-from tf_lso._src import compile_hook
-from tf_lso._src import loss_scale as loss_scale_lib
-from tf_lso._src import serialization
+from tf_lso._src.legacy_api import compile_hook
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
+from tf_lso._src.scaling import serialization
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")

@@ -14,10 +14,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from tf_lso._src import distribute
-from tf_lso._src import gradients as gradients_lib
-from tf_lso._src import tensor_like
-from tf_lso._src import validation
+from tf_lso._src.gradients import packing
+from tf_lso._src.gradients import replicas
+from tf_lso._src.scaling import tensor_like
+from tf_lso._src.scaling import validation
 
 # The defaults of TF's DynamicLossScale and of TF 2.4's optimizer arguments;
 # `optimizer_config` uses them too.
@@ -266,10 +266,10 @@ class DynamicLossScale(LossScale):
         self._initial_loss_scale = initial
         self._increment_period = period
         self._multiplier = factor
-        self.current_loss_scale = distribute.state_variable(
+        self.current_loss_scale = replicas.state_variable(
             initial, tf.float32, "current_loss_scale"
         )
-        self.good_steps = distribute.state_variable(0, tf.int64, "good_steps")
+        self.good_steps = replicas.state_variable(0, tf.int64, "good_steps")
 
     @property
     def initial_loss_scale(self) -> float:
@@ -312,7 +312,7 @@ class DynamicLossScale(LossScale):
             a bool scalar tensor, True iff all gradients on all replicas are
             finite.
         """
-        return self._update_state(gradients_lib.all_finite(grads))
+        return self._update_state(packing.all_finite(grads))
 
     def _update_packed(self, packed, window_end=None):
         return self._update_state(packed.all_finite(), window_end)

@@ -8,9 +8,9 @@ import importlib
 import keras
 import tensorflow as tf
 
-from tf_lso._src import loss_scale as loss_scale_lib
-from tf_lso._src import serialization
-from tf_lso._src import validation
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
+from tf_lso._src.scaling import serialization
+from tf_lso._src.scaling import validation
 
 # The keys of TF 2.4's config and of TF <= 2.3's.
 TF24_KEYS = ("inner_optimizer", "dynamic", "initial_scale",

@@ -12,7 +12,7 @@ from typing import Any
 import tensorflow as tf
 
 from tf_lso._src import compat
-from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 _BUILTIN_CLASSES = {
     "FixedLossScale": loss_scale_lib.FixedLossScale,

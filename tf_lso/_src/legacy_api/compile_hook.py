@@ -21,7 +21,7 @@ import functools
 
 import keras
 
-from tf_lso._src import loss_scale as loss_scale_lib
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 _switch = {"wrap_mixed_float16": False}
 
@@ -86,8 +86,8 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
     Returns:
         The optimizer to compile with.
     """
-    from tf_lso._src import experimental_loss_scale_optimizer as v1
-    from tf_lso._src import loss_scale_optimizer as v2
+    from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
+    from tf_lso._src.optimizer import loss_scale_optimizer as v2
 
     policy = getattr(model, "dtype_policy", None)
     tf_lso_policy = _tf_lso_policy(model)
@@ -127,7 +127,7 @@ def _describe(loss_scale):
 
 def _tf_lso_policy(model):
     """The model's dtype policy if it is a tf_lso `Policy`, else None."""
-    from tf_lso._src import policy as policy_lib
+    from tf_lso._src.legacy_api import policy as policy_lib
 
     policy = getattr(model, "dtype_policy", None)
     return policy if isinstance(policy, policy_lib.Policy) else None

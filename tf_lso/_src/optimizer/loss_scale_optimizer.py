@@ -11,15 +11,15 @@ from typing import NoReturn
 import keras
 import tensorflow as tf
 
-from tf_lso._src import apply_step
-from tf_lso._src import checkpointing
-from tf_lso._src import distribute
-from tf_lso._src import gradients as gradients_lib
-from tf_lso._src import inner_forwarding
-from tf_lso._src import inner_optimizer as inner_lib
-from tf_lso._src import loss_scale as loss_scale_lib
-from tf_lso._src import optimizer_config
-from tf_lso._src import training_health
+from tf_lso._src.gradients import packing
+from tf_lso._src.gradients import replicas
+from tf_lso._src.inner import base as inner_lib
+from tf_lso._src.inner import forwarding as inner_forwarding
+from tf_lso._src.optimizer import apply_step
+from tf_lso._src.optimizer import checkpointing
+from tf_lso._src.optimizer import config as optimizer_config
+from tf_lso._src.optimizer import training_health
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
@@ -107,7 +107,7 @@ class LossScaleOptimizer(
         inner = inner_lib.wrap(inner_optimizer, "inner_optimizer")
         optimizer_config.check_dynamic(dynamic)  # Before the strategy check.
         optimizer_config.check_keras_keywords(kwargs)
-        distribute.check_strategy_supported()
+        replicas.check_strategy_supported()
         loss_scale = optimizer_config.loss_scale_from_settings(
             dynamic, initial_scale, dynamic_growth_steps
         )
@@ -126,7 +126,7 @@ class LossScaleOptimizer(
         self._given_name = name
         self._loss_scale = loss_scale
         self._keras_scaled_loss = False
-        self._handed_out = gradients_lib.HandedOut()
+        self._handed_out = packing.HandedOut()
         # Not checkpointed: the layout stays TF 2.4's.
         self._overflow = training_health.OverflowRecord(
             max_consecutive_skips, print_overflows)
@@ -246,14 +246,14 @@ class LossScaleOptimizer(
         if callable(loss):
 
             def scaled_loss():
-                return gradients_lib.scale_by(loss(), self._loss_scale())
+                return packing.scale_by(loss(), self._loss_scale())
 
             return scaled_loss
-        return gradients_lib.scale_by(loss, self._loss_scale())
+        return packing.scale_by(loss, self._loss_scale())
 
     def get_unscaled_gradients(
-        self, grads: Sequence[gradients_lib.Gradient]
-    ) -> list[gradients_lib.Gradient]:
+        self, grads: Sequence[packing.Gradient]
+    ) -> list[packing.Gradient]:
         """Divides gradients by the loss scale.
 
         Multiplies each gradient by the float32 reciprocal of the loss scale,
@@ -274,7 +274,7 @@ class LossScaleOptimizer(
             A list of unscaled gradients, in the same order.
         """
         self._keras_scaled_loss = False
-        packed = gradients_lib.pack(list(grads)).unscaled(self._loss_scale())
+        packed = packing.pack(list(grads)).unscaled(self._loss_scale())
         return self._handed_out.remember(packed.unpack(), packed)
 
     def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
@@ -292,13 +292,13 @@ class LossScaleOptimizer(
             The scaled loss.
         """
         self._keras_scaled_loss = True
-        return gradients_lib.scale_by(loss, self._loss_scale())
+        return packing.scale_by(loss, self._loss_scale())
 
     # -- Applying -----------------------------------------------------------
 
     def apply_gradients(
         self,
-        grads_and_vars: Iterable[tuple[gradients_lib.Gradient, tf.Variable]],
+        grads_and_vars: Iterable[tuple[packing.Gradient, tf.Variable]],
         name: str | None = None,
         experimental_aggregate_gradients: bool = True,
     ) -> tf.Variable:
@@ -339,7 +339,7 @@ class LossScaleOptimizer(
 
     def apply(
         self,
-        grads: Sequence[gradients_lib.Gradient],
+        grads: Sequence[packing.Gradient],
         trainable_variables: Sequence[tf.Variable] | None = None,
     ) -> None:
         """Keras 3's `apply`: applies *scaled* gradients.
@@ -375,23 +375,23 @@ class LossScaleOptimizer(
         )
 
     def _apply(self, grads, var_list, name, aggregate, scaled):
-        distribute.check_replica_context("apply_gradients")
-        distribute.check_strategy_supported()
+        replicas.check_replica_context("apply_gradients")
+        replicas.check_strategy_supported()
         self._inner.check_graph()
         # Every check comes before the first state change.
-        gradients_lib.check_grads_and_vars(grads, var_list)
+        packing.check_grads_and_vars(grads, var_list)
         # Variables cannot be created inside the cond below.
-        distribute.create_variables(self._inner.build, var_list)
+        replicas.create_variables(self._inner.build, var_list)
         self._inner.check_variables(var_list)
         # Small gradients travel stacked (see gradients.Packed): one op
         # unscales or checks many of them, and the cond gets few inputs.
         # The TF 2.x protocol's get_unscaled_gradients packed them already.
         packed = None if scaled else self._handed_out.take(grads)
-        if packed is not None and any(map(gradients_lib.overwrites,
+        if packed is not None and any(map(packing.overwrites,
                                           var_list)):
             packed = None  # Packed without the variables: see `pack`.
         if packed is None:
-            packed = gradients_lib.pack(grads, var_list)
+            packed = packing.pack(grads, var_list)
             if scaled:
                 packed = packed.unscaled(self._loss_scale())
         return self._step(packed, var_list, name, aggregate)
@@ -446,15 +446,15 @@ class LossScaleOptimizer(
         var_list = tf.nest.flatten(var_list)
         grads = tape.gradient(scaled_loss, var_list, output_gradients=grad_loss)
         unscaled = self.get_unscaled_gradients(grads)
-        if any(gradients_lib.overwrites(v) for v in var_list):
+        if any(packing.overwrites(v) for v in var_list):
             # New values, not gradients of the loss: as they came.
-            unscaled = [g if gradients_lib.overwrites(v) else u
+            unscaled = [g if packing.overwrites(v) else u
                         for g, u, v in zip(grads, unscaled, var_list)]
         return list(zip(unscaled, var_list))
 
     def get_gradients(
         self, loss: tf.Tensor, params: Sequence[tf.Variable]
-    ) -> list[gradients_lib.Gradient]:
+    ) -> list[packing.Gradient]:
         """Scaled-loss gradients with `tf.gradients` (graph mode only).
 
         Args:
