@@ -17,13 +17,30 @@ Two switches, both explicit:
 
 from __future__ import annotations
 
+import abc
 import functools
 
 import keras
 
+from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
+from tf_lso._src.optimizer import loss_scale_optimizer as v2
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 _switch = {"wrap_mixed_float16": False}
+
+
+class LossScalePolicy(abc.ABC):
+    """A dtype policy that carries a loss scale (TF 2.1-2.3's `Policy`).
+
+    `compile` wraps the optimizer of a model whose policy is one.
+    `tf_lso.experimental.Policy` is registered as one (policy.py), so the
+    dependency runs one way: policy -> compile_hook.
+    """
+
+    @property
+    @abc.abstractmethod
+    def loss_scale(self):
+        """The `LossScale` that `compile` uses, or None."""
 
 
 def enable(*, wrap_mixed_float16: bool | None = None) -> None:
@@ -86,9 +103,6 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
     Returns:
         The optimizer to compile with.
     """
-    from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
-    from tf_lso._src.optimizer import loss_scale_optimizer as v2
-
     policy = getattr(model, "dtype_policy", None)
     tf_lso_policy = _tf_lso_policy(model)
     wrap_v1 = tf_lso_policy is not None and tf_lso_policy.loss_scale is not None
@@ -126,11 +140,9 @@ def _describe(loss_scale):
 
 
 def _tf_lso_policy(model):
-    """The model's dtype policy if it is a tf_lso `Policy`, else None."""
-    from tf_lso._src.legacy_api import policy as policy_lib
-
+    """The model's dtype policy if it is a `LossScalePolicy`, else None."""
     policy = getattr(model, "dtype_policy", None)
-    return policy if isinstance(policy, policy_lib.Policy) else None
+    return policy if isinstance(policy, LossScalePolicy) else None
 
 
 def _fresh(loss_scale):

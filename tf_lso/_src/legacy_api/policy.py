@@ -99,6 +99,9 @@ class Policy(keras.dtype_policies.FloatDTypePolicy):
         return f'<Policy "{self.name}", loss_scale={self._loss_scale}>'
 
 
+compile_hook.LossScalePolicy.register(Policy)
+
+
 def _as_policy(policy):
     if isinstance(policy, Policy):
         return policy
