@@ -128,9 +128,12 @@ def _unscaled_keeping_scaled(self, scale, unscaled=gradients_lib.Packed.unscaled
     return result
 
 
-def _all_finite_of_scaled(self):
-    return gradients_lib._on_all_replicas(
-        gradients_lib._nonfinite, getattr(self, "check_values", self.values))
+def _all_finite_of_scaled(grads, all_finite=distribute.all_finite):
+    if not isinstance(grads, gradients_lib.Packed):
+        return all_finite(grads)
+    return tf.equal(distribute.summed(
+        gradients_lib.nonfinite, getattr(grads, "check_values", grads.values)),
+        0.0)
 
 
 @contextlib.contextmanager
@@ -143,7 +146,7 @@ def _scaled_check():
     """
     with mock.patch.object(gradients_lib.Packed, "unscaled",
                            _unscaled_keeping_scaled), \
-            mock.patch.object(gradients_lib.Packed, "all_finite",
+            mock.patch.object(distribute, "all_finite",
                               _all_finite_of_scaled):
         yield
 
@@ -207,7 +210,7 @@ legacy_protocol = _without_flag(step_time._legacy_protocol_step)
 def check(opt, variables, loss_fn, flag):
     loss, grads = _grads(variables, loss_fn)
     opt.apply_gradients(zip(grads, variables))
-    return loss, gradients_lib.all_finite(grads)
+    return loss, distribute.all_finite(grads)
 
 
 def _finite_per_tensor(grads):
@@ -230,7 +233,7 @@ def barrier_per_tensor(opt, variables, loss_fn, flag):
 
 def barrier(opt, variables, loss_fn, flag):
     loss, grads = _grads(variables, loss_fn)
-    with tf.control_dependencies([gradients_lib.all_finite(grads)]):
+    with tf.control_dependencies([distribute.all_finite(grads)]):
         opt.apply_gradients(zip(grads, variables))
     return loss
 
@@ -257,7 +260,7 @@ def _flag(grads, flag):
 
 
 def _check(grads, flag):
-    return gradients_lib.all_finite(grads)
+    return distribute.all_finite(grads)
 
 
 def _lso():

@@ -1,12 +1,14 @@
-"""Finite checks and (un)scaling of gradient structures.
+"""Packing gradients: finite checks and (un)scaling of gradient lists.
 
 These are the only places where tf_lso touches every gradient, so the
-per-variable cost of loss scaling is decided here.
+per-variable cost of loss scaling is decided here. Nothing here talks to
+other replicas: every collective is in `replicas`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 from typing import Optional
 from typing import Union
 
@@ -37,49 +39,18 @@ def local_nonfinite(grads):
 
     `None` gradients are ignored and an empty structure counts as finite.
     Integer gradients raise `InvalidArgumentError`, as TF's loss scales did.
+    `replicas.all_finite` sums it over replicas.
     """
-    return _nonfinite(pack(present_tensors(grads)).values)
+    return nonfinite(pack(present_tensors(grads)).values)
 
 
-def _nonfinite(tensors):
-    """`local_nonfinite` of tensors that are packed already."""
+def nonfinite(tensors):
+    """`local_nonfinite` of tensors that are packed already (`Packed.values`)."""
     if not tensors:
         return tf.constant(0.0)
     finite = [tf.reduce_all(tf.math.is_finite(t)) for t in tensors]
     all_finite = finite[0] if len(finite) == 1 else tf.reduce_all(finite)
     return 1.0 - tf.cast(all_finite, tf.float32)
-
-
-def all_finite(grads):
-    """Returns a bool scalar tensor: True iff every replica's grads are finite.
-
-    Without a distribution strategy this is a local check. In a replica
-    context the per-replica verdicts are summed with one scalar all-reduce, so
-    every replica (and every worker) gets the same answer. In a cross-replica
-    context `grads` may hold per-replica values; each replica is checked and
-    the verdicts are reduced the same way.
-    """
-    return _on_all_replicas(local_nonfinite, grads)
-
-
-def _on_all_replicas(local_nonfinite_fn, tensors):
-    """True iff `local_nonfinite_fn(tensors)` is 0 on every replica."""
-    if not tf.distribute.has_strategy():
-        return tf.equal(local_nonfinite_fn(tensors), 0.0)
-    if tf.distribute.in_cross_replica_context():
-        strategy = tf.distribute.get_strategy()
-        per_replica = strategy.extended.call_for_each_replica(
-            local_nonfinite_fn, args=(tensors,)
-        )
-        total = strategy.reduce(
-            tf.distribute.ReduceOp.SUM, per_replica, axis=None
-        )
-    else:
-        context = tf.distribute.get_replica_context()
-        total = context.all_reduce(
-            tf.distribute.ReduceOp.SUM, local_nonfinite_fn(tensors)
-        )
-    return tf.equal(total, 0.0)
 
 
 def check_grads_and_vars(grads, var_list):
@@ -215,6 +186,31 @@ def overwrites(variable):
     return bool(getattr(variable, "overwrite_with_gradient", False))
 
 
+class Stacked(NamedTuple):
+    """Where a gradient is in a `Packed`: member `position` of stack `index`."""
+
+    index: int
+    position: int
+
+
+class Sparse(NamedTuple):
+    """An `IndexedSlices`: values `values[index]`, indices and dense shape
+    `aux[aux_index]`."""
+
+    index: int
+    aux_index: int
+
+
+class Dense(NamedTuple):
+    """A dense gradient kept as it is, at `values[index]`."""
+
+    index: int
+
+
+# One entry per gradient: where `Packed.unpack` finds it (None for None).
+PlanEntry = Optional[Union[Stacked, Sparse, Dense]]
+
+
 class Packed:
     """A flat list of gradients, with small same-shaped ones stacked.
 
@@ -225,7 +221,8 @@ class Packed:
     rebuilds the list from (possibly transformed) `values`; elementwise
     transforms give bit-identical results to applying them per gradient.
     The values in `raw` (indices into `values`) are new variable values (see
-    `overwrites`): checked, never scaled or summed over replicas.
+    `overwrites`): checked, never scaled or summed over replicas. `plan`
+    has one `PlanEntry` per gradient: where `unpack` finds it.
     """
 
     def __init__(self, values, aux, plan, raw=frozenset()):
@@ -290,32 +287,34 @@ class Packed:
             values = tf.cond(scale > HUGE_SCALE, huge, ordinary)
         return self._with_values(list(values))
 
-    def all_finite(self):
-        """`all_finite` of these gradients, without packing them again."""
-        return _on_all_replicas(_nonfinite, self.values)
+    def _sparse_aux(self):
+        """{index of an IndexedSlices' values: index of its aux}."""
+        return {entry.index: entry.aux_index for entry in self._plan
+                if isinstance(entry, Sparse)}
 
-    def all_reduced(self):
-        """Returns a Packed whose values are summed over all replicas.
+    def summands(self):
+        """What a sum over replicas adds up: every value but the `raw` ones.
 
-        Must be called in a replica context. One `all_reduce` carries every
-        value (stacks included) but the `raw` ones, which each replica keeps;
-        `IndexedSlices` stay sparse.
+        `IndexedSlices` are whole (so that they stay sparse). See
+        `replicas.all_reduced`, which puts the sums back with `with_sums`.
+
+        Returns:
+            A list of tensors and `IndexedSlices`.
         """
-        sparse = {
-            entry[1]: entry[2] for entry in self._plan
-            if entry is not None and entry[0] == "sparse"
-        }
-        summed = [i for i in range(len(self.values)) if i not in self.raw]
-        items = [
-            tf.IndexedSlices(self.values[i], *self.aux[sparse[i]])
-            if i in sparse else self.values[i]
-            for i in summed
+        sparse = self._sparse_aux()
+        return [
+            tf.IndexedSlices(value, *self.aux[sparse[i]]) if i in sparse
+            else value
+            for i, value in enumerate(self.values) if i not in self.raw
         ]
-        context = tf.distribute.get_replica_context()
-        reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, items)
+
+    def with_sums(self, sums):
+        """A Packed whose `summands()` are replaced by `sums` (same order)."""
+        sparse = self._sparse_aux()
+        summed = [i for i in range(len(self.values)) if i not in self.raw]
         aux = list(self.aux)
         values = list(self.values)
-        for i, value in zip(summed, reduced):
+        for i, value in zip(summed, sums):
             if i in sparse:
                 aux[sparse[i]] = (value.indices, value.dense_shape)
                 value = value.values
@@ -334,8 +333,8 @@ class Packed:
             values: Tensors shaped like `self.values` (default: our own).
         """
         values = self.values if values is None else values
-        stacks = {entry[1] for entry in self._plan
-                  if entry is not None and entry[0] == "stacked"}
+        stacks = {entry.index for entry in self._plan
+                  if isinstance(entry, Stacked)}
         flags, starts, size = [], [], 0
         for index, value in enumerate(values):
             finite = tf.math.is_finite(value)
@@ -350,7 +349,8 @@ class Packed:
         flags.append(tf.zeros([1], tf.int32))  # At `size`: for `None`s.
         order = [
             size if entry is None
-            else starts[entry[1]] + (entry[2] if entry[0] == "stacked" else 0)
+            else starts[entry.index] + (
+                entry.position if isinstance(entry, Stacked) else 0)
             for entry in self._plan
         ]
         return tf.gather(tf.concat(flags, 0), tf.constant(order, tf.int32))
@@ -373,18 +373,17 @@ class Packed:
         for entry in self._plan:
             if entry is None:
                 grads.append(None)
-            elif entry[0] == "stacked":
-                _, index, position = entry
-                if index not in unstacked:
-                    unstacked[index] = tf.unstack(values[index])
-                grads.append(unstacked[index][position])
-            elif entry[0] == "sparse":
-                indices, dense_shape = aux[entry[2]]
+            elif isinstance(entry, Stacked):
+                if entry.index not in unstacked:
+                    unstacked[entry.index] = tf.unstack(values[entry.index])
+                grads.append(unstacked[entry.index][entry.position])
+            elif isinstance(entry, Sparse):
+                indices, dense_shape = aux[entry.aux_index]
                 grads.append(
-                    tf.IndexedSlices(values[entry[1]], indices, dense_shape)
+                    tf.IndexedSlices(values[entry.index], indices, dense_shape)
                 )
             else:
-                grads.append(values[entry[1]])
+                grads.append(values[entry.index])
         return grads
 
 
@@ -414,18 +413,18 @@ def pack(grads, var_list=None):
     for members in groups.values():
         if len(members) > 1:
             for position, i in enumerate(members):
-                plan[i] = ("stacked", len(values), position)
+                plan[i] = Stacked(len(values), position)
             values.append(tf.stack([grads[i] for i in members]))
     for i, g in enumerate(grads):
         if g is None or plan[i] is not None:
             continue
         if isinstance(g, tf.IndexedSlices):
-            plan[i] = ("sparse", len(values), len(aux))
+            plan[i] = Sparse(len(values), len(aux))
             values.append(g.values)
             aux.append((g.indices, g.dense_shape))
         else:
-            plan[i] = ("dense", len(values))
+            plan[i] = Dense(len(values))
             values.append(g)
-    raw = frozenset(plan[i][1] for i in range(len(grads)) if is_raw[i]
+    raw = frozenset(plan[i].index for i in range(len(grads)) if is_raw[i]
                     and grads[i] is not None)
     return Packed(values, aux, plan, raw)

@@ -1,6 +1,15 @@
-"""Which `tf.distribute` strategies loss scaling supports, and the skip cond."""
+"""Every collective, and the `tf.distribute` rules of loss scaling.
+
+Everything tf_lso communicates between replicas goes through here: the one
+cross-replica sum (`summed`: the finite verdict, the offending variables of
+a skipped step), the one all-reduce of gradients (`all_reduced`), the skip
+cond that every replica takes alike, and the state variables that every
+replica writes alike. Also which strategies are supported.
+"""
 
 import tensorflow as tf
+
+from tf_lso._src.gradients import packing
 
 _SUPPORTED_STRATEGIES = (
     tf.distribute.MirroredStrategy,
@@ -82,19 +91,54 @@ def create_variables(fn, *args):
     return fn(*args)
 
 
-def sum_over_replicas(fn, *args):
-    """`fn(*args)` summed over replicas in a cross-replica context.
+def summed(fn, *args):
+    """`fn(*args)` summed over every replica: the one cross-replica sum.
 
-    Elsewhere (no strategy, or a replica context) just `fn(*args)`. In a
-    cross-replica context `args` hold per-replica values, as `false_fn`'s
-    arguments in `cond_on_all_replicas` do.
+    Without a strategy just `fn(*args)`. In a replica context, one
+    all-reduce of this replica's `fn(*args)`. In a cross-replica context
+    `args` hold per-replica values (as `false_fn`'s arguments in
+    `cond_on_all_replicas` do): `fn` runs for each replica, and the results
+    are reduced.
     """
-    if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
+    if not tf.distribute.has_strategy():
+        return fn(*args)
+    if tf.distribute.in_cross_replica_context():
         strategy = tf.distribute.get_strategy()
         per_replica = strategy.extended.call_for_each_replica(fn, args=args)
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica,
                                axis=None)
-    return fn(*args)
+    context = tf.distribute.get_replica_context()
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, fn(*args))
+
+
+def all_finite(grads):
+    """Returns a bool scalar tensor: True iff every replica's grads are finite.
+
+    Without a distribution strategy this is a local check. In a replica
+    context the per-replica verdicts are summed with one scalar all-reduce, so
+    every replica (and every worker) gets the same answer. In a cross-replica
+    context `grads` may hold per-replica values; each replica is checked and
+    the verdicts are reduced the same way.
+
+    Args:
+        grads: A nest of gradients, or a `packing.Packed` (checked without
+            packing it again).
+    """
+    if isinstance(grads, packing.Packed):
+        return tf.equal(summed(packing.nonfinite, grads.values), 0.0)
+    return tf.equal(summed(packing.local_nonfinite, grads), 0.0)
+
+
+def all_reduced(packed):
+    """Returns a `Packed` whose values are summed over all replicas.
+
+    Must be called in a replica context. One `all_reduce` carries every
+    value (stacks included) but the `raw` ones, which each replica keeps;
+    `IndexedSlices` stay sparse.
+    """
+    context = tf.distribute.get_replica_context()
+    return packed.with_sums(
+        context.all_reduce(tf.distribute.ReduceOp.SUM, packed.summands()))
 
 
 def first_replica(value):
@@ -123,7 +167,7 @@ def in_v1_graph():
 def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
     """Runs `true_fn(*args)` on every replica if `pred`, else `false_fn`.
 
-    `pred` must have the same value on every replica (`gradients.all_finite`
+    `pred` must have the same value on every replica (`all_finite`
     guarantees that), so every replica issues the same collectives. A Python
     bool needs no cond at all.
 
@@ -131,8 +175,7 @@ def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
     `merge_call`), because a branch that calls `merge_call` itself (as an
     optimizer's `apply_gradients` does) is not allowed inside a cond in a
     replica context. `false_fn(*false_args)` then runs once, in the
-    cross-replica context, with per-replica `false_args` (see
-    `sum_over_replicas`).
+    cross-replica context, with per-replica `false_args` (see `summed`).
 
     Returns:
         In a `tf.compat.v1` graph, what runs the chosen branch: a branch

@@ -219,7 +219,7 @@ class KerasInner(_Wrapper):
             return packed, True
         # Keras 3 would clip each replica's gradients before its all-reduce;
         # TF 2.4 clipped the sum, and so does this (one all-reduce for all).
-        return packed.all_reduced(), False
+        return replicas.all_reduced(packed), False
 
     def build(self, var_list):
         if not self.optimizer.built:

@@ -77,7 +77,7 @@ class ApplyStep(tf.Module):
 
         def skip_fn(values, scale):
             # Only skipped steps pay for finding the offending variables.
-            nonfinite = replicas.sum_over_replicas(
+            nonfinite = replicas.summed(
                 checked.nonfinite_per_gradient, values)
             consecutive = self._overflow.record(
                 nonfinite, self._inner.iterations, names_id,

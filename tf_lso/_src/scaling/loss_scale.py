@@ -14,7 +14,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
 from tf_lso._src.scaling import tensor_like
 from tf_lso._src.scaling import validation
@@ -312,10 +311,10 @@ class DynamicLossScale(LossScale):
             a bool scalar tensor, True iff all gradients on all replicas are
             finite.
         """
-        return self._update_state(packing.all_finite(grads))
+        return self._update_state(replicas.all_finite(grads))
 
     def _update_packed(self, packed, window_end=None):
-        return self._update_state(packed.all_finite(), window_end)
+        return self._update_state(replicas.all_finite(packed), window_end)
 
     def _update_state(self, is_finite, active=None):
         """Assigns the next scale and counter; branch-free, so XLA-friendly.

@@ -15,29 +15,6 @@ NAN = float("nan")
 
 
 class GradientsTest(tf.test.TestCase, parameterized.TestCase):
-    @test_util.EAGER_AND_FUNCTION
-    def test_all_finite(self, use_tf_function):
-        check = test_util.maybe_function(gradients.all_finite, use_tf_function)
-        self.assertTrue(bool(check([tf.constant([1.0, 2.0]), None])))
-        self.assertTrue(bool(check([])))
-        self.assertFalse(bool(check([tf.constant([1.0, NAN])])))
-        self.assertFalse(bool(check({"x": tf.constant(float("inf"), tf.float16)})))
-        self.assertTrue(bool(check(tf.constant(3.0))))
-
-    def test_all_finite_agrees_across_replicas(self):
-        strategy = test_util.mirrored_strategy()
-
-        @tf.function
-        def run():
-            return strategy.run(
-                lambda: gradients.all_finite(
-                    [test_util.value_on_replica_0(1.0, NAN)]
-                )
-            )
-
-        results = strategy.experimental_local_results(run())
-        self.assertEqual([bool(r) for r in results], [False, False])
-
     def test_multiply_gradients_keeps_structure(self):
         sparse = tf.IndexedSlices(tf.constant([[2.0]]), tf.constant([0]))
         result = gradients.multiply_gradients(
@@ -267,30 +244,3 @@ class HandedOutTest(tf.test.TestCase):
         packed = gradients.pack(grads)
         unpacked = handed_out.remember(packed.unpack(), packed)
         self.assertIsNone(handed_out.take(unpacked))
-
-
-class PackedAllFiniteTest(tf.test.TestCase, parameterized.TestCase):
-    """`Packed.all_finite`: the same verdict, without stacking again."""
-
-    @parameterized.parameters(0.0, float("inf"), float("nan"))
-    def test_same_verdict_as_all_finite(self, bad):
-        grads = [tf.constant([1.0, bad]), tf.constant([2.0, 3.0]),
-                 tf.constant([[4.0]]), None]
-        packed = gradients.pack(grads)
-        self.assertEqual(bool(packed.all_finite()),
-                         bool(gradients.all_finite(grads)))
-        self.assertEqual(bool(packed.all_finite()), bad == 0.0)
-
-    def test_checks_the_stacks_as_they_are(self):
-        # A stack of two (3,) gradients has the shape (2, 3) of the third
-        # gradient: checking them must not stack them together again.
-        @tf.function
-        def check(a, c):
-            return gradients.pack([a, a + 1.0, c]).all_finite()
-
-        graph = check.get_concrete_function(
-            tf.TensorSpec([3], tf.float32), tf.TensorSpec([2, 3], tf.float32)
-        ).graph
-        stacks = [op for op in graph.get_operations()
-                  if op.type == "Pack" and op.name.startswith("stack")]
-        self.assertLen(stacks, 1)  # pack()'s own stack, nothing more.

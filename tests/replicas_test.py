@@ -12,10 +12,12 @@ from absl.testing import parameterized
 
 import tf_lso
 from tf_lso._src.gradients import packing as gradients
+from tf_lso._src.gradients import replicas
 
 import test_util
 
 INF = float("inf")
+NAN = float("nan")
 
 
 def _inner(kind, learning_rate):
@@ -446,3 +448,55 @@ class ClippingTest(tf.test.TestCase, parameterized.TestCase):
         actual, _ = _fit(test_util.mirrored_strategy(), lambda: make(True))
         for a, e in zip(actual, expected):
             np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+
+
+class AllFiniteTest(tf.test.TestCase, parameterized.TestCase):
+    @test_util.EAGER_AND_FUNCTION
+    def test_all_finite(self, use_tf_function):
+        check = test_util.maybe_function(replicas.all_finite, use_tf_function)
+        self.assertTrue(bool(check([tf.constant([1.0, 2.0]), None])))
+        self.assertTrue(bool(check([])))
+        self.assertFalse(bool(check([tf.constant([1.0, NAN])])))
+        self.assertFalse(bool(check({"x": tf.constant(float("inf"), tf.float16)})))
+        self.assertTrue(bool(check(tf.constant(3.0))))
+
+    def test_all_finite_agrees_across_replicas(self):
+        strategy = test_util.mirrored_strategy()
+
+        @tf.function
+        def run():
+            return strategy.run(
+                lambda: replicas.all_finite(
+                    [test_util.value_on_replica_0(1.0, NAN)]
+                )
+            )
+
+        results = strategy.experimental_local_results(run())
+        self.assertEqual([bool(r) for r in results], [False, False])
+
+
+class PackedAllFiniteTest(tf.test.TestCase, parameterized.TestCase):
+    """`all_finite` of a `Packed`: the same verdict, without stacking again."""
+
+    @parameterized.parameters(0.0, float("inf"), float("nan"))
+    def test_same_verdict_as_all_finite(self, bad):
+        grads = [tf.constant([1.0, bad]), tf.constant([2.0, 3.0]),
+                 tf.constant([[4.0]]), None]
+        packed = gradients.pack(grads)
+        self.assertEqual(bool(replicas.all_finite(packed)),
+                         bool(replicas.all_finite(grads)))
+        self.assertEqual(bool(replicas.all_finite(packed)), bad == 0.0)
+
+    def test_checks_the_stacks_as_they_are(self):
+        # A stack of two (3,) gradients has the shape (2, 3) of the third
+        # gradient: checking them must not stack them together again.
+        @tf.function
+        def check(a, c):
+            return replicas.all_finite(gradients.pack([a, a + 1.0, c]))
+
+        graph = check.get_concrete_function(
+            tf.TensorSpec([3], tf.float32), tf.TensorSpec([2, 3], tf.float32)
+        ).graph
+        stacks = [op for op in graph.get_operations()
+                  if op.type == "Pack" and op.name.startswith("stack")]
+        self.assertLen(stacks, 1)  # pack()'s own stack, nothing more.
