@@ -10,7 +10,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from tf_lso._src.gradients import packing as gradients
-from tf_lso._src.inner import base as inner_optimizer
+from tf_lso._src.inner import inner_optimizer
 from tf_lso._src.optimizer import apply_step
 from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import loss_scale as loss_scale_lib

@@ -1,15 +1,16 @@
-"""Tests for tf_lso._src.inner.base: what can be wrapped, incl. tf_keras."""
+"""Tests for tf_lso._src.inner.inner_optimizer and its kinds: what can be wrapped."""
 
-import importlib
-import inspect
-import pkgutil
+import abc
 
 import keras
 import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
-from tf_lso._src.inner import base as inner_lib
+from tf_lso._src.inner import inner_optimizer as inner_lib
+from tf_lso._src.inner.kinds import keras_optimizer
+from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 import test_util
 
@@ -18,33 +19,22 @@ tf_keras = test_util.tf_keras
 NAN = float("nan")
 
 
-class ProtocolTest(tf.test.TestCase, parameterized.TestCase):
-    def test_no_protocol_defines_a_constructor(self):
-        # Before Python 3.11 (which setup.py accepts), typing.Protocol
-        # replaces a protocol's own __init__ (python/cpython#88970): the
-        # kinds would be built without their optimizer.
-        import tf_lso._src as src
-
-        protocols = [
-            cls
-            for info in pkgutil.walk_packages(src.__path__, "tf_lso._src.")
-            for _, cls in inspect.getmembers(
-                importlib.import_module(info.name),
-                inspect.isclass)
-            if cls.__dict__.get("_is_protocol", False)
-        ]
-        self.assertIn(inner_lib.InnerOptimizer, protocols)
-        for cls in protocols:
-            # typing's own placeholder is fine; a tf_lso constructor is not.
-            init = cls.__dict__.get("__init__")
-            self.assertNotEqual(getattr(init, "__module__", None),
-                                cls.__module__, cls)
+class InterfaceTest(tf.test.TestCase, parameterized.TestCase):
+    def test_inner_optimizers_and_loss_scales_are_abstract_base_classes(self):
+        # One interface style for both hierarchies: abstract methods that a
+        # kind (a loss scale) must implement, defaults it inherits.
+        for base in (inner_lib.InnerOptimizer, loss_scale_lib.LossScale):
+            self.assertIsInstance(base, abc.ABCMeta)
+            self.assertTrue(base.__abstractmethods__, base)
+        for kind in inner_lib.kinds():
+            self.assertFalse(kind.__abstractmethods__, kind)
 
     @parameterized.named_parameters(
-        ("keras3", keras.optimizers.SGD, inner_lib.KerasInner),
-        ("tf_keras", lambda: tf_keras.optimizers.SGD(), inner_lib.TfKerasInner),
+        ("keras3", keras.optimizers.SGD, keras_optimizer.KerasInner),
+        ("tf_keras", lambda: tf_keras.optimizers.SGD(),
+         tf_keras_kinds.TfKerasInner),
         ("tf_keras_legacy", lambda: tf_keras.optimizers.legacy.SGD(),
-         inner_lib.TfKerasLegacyInner),
+         tf_keras_kinds.TfKerasLegacyInner),
     )
     def test_each_kind_holds_its_optimizer(self, make, kind):
         optimizer = make()
@@ -306,3 +296,111 @@ class TfKerasInnerTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class ToyOptimizer(tf.Module):
+    """An optimizer of no supported kind: plain SGD on a tf.Module."""
+
+    def __init__(self, learning_rate):
+        super().__init__(name="toy")
+        self.learning_rate = learning_rate
+        self.iterations = tf.Variable(0, dtype=tf.int64, name="iterations")
+
+    def apply_gradients(self, grads_and_vars):
+        for grad, var in grads_and_vars:
+            var.assign_sub(self.learning_rate * grad)
+        self.iterations.assign_add(1)
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate}
+
+
+class ToyKind(inner_lib.InnerOptimizer):
+    """A whole kind in one class, as a new module in kinds/ would hold it."""
+
+    @classmethod
+    def accepts(cls, optimizer):
+        return isinstance(optimizer, ToyOptimizer)
+
+    @classmethod
+    def reads_config(cls, config):
+        return config.get("class_name") == "ToyOptimizer"
+
+    @classmethod
+    def deserialize(cls, config, custom_objects=None):
+        return ToyOptimizer(**config["config"])
+
+    def build(self, var_list):
+        del var_list  # No slots.
+
+    def check_variables(self, var_list):
+        del var_list  # Updates any variable.
+
+    def aggregated(self, packed, var_list):
+        del var_list
+        return packed, True  # Tested without a strategy.
+
+    def apply(self, grads_and_vars, name, aggregate):
+        del name, aggregate
+        return self.optimizer.apply_gradients(grads_and_vars)
+
+    def serialize(self):
+        return {"class_name": "ToyOptimizer",
+                "config": self.optimizer.get_config()}
+
+
+class NewKindTest(tf.test.TestCase, parameterized.TestCase):
+    """A kind registered from outside: one class, nothing else to touch."""
+
+    def setUp(self):
+        super().setUp()
+        inner_lib.register(ToyKind)
+        self.addCleanup(inner_lib.unregister, ToyKind)
+
+    def test_unregistered_it_is_refused(self):
+        inner_lib.unregister(ToyKind)
+        try:
+            with self.assertRaisesRegex(TypeError, "must be an instance of"):
+                tf_lso.LossScaleOptimizer(ToyOptimizer(0.5))
+        finally:
+            inner_lib.register(ToyKind)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_trains_skips_and_round_trips(self, use_tf_function):
+        opt = tf_lso.LossScaleOptimizer(ToyOptimizer(0.5), initial_scale=4,
+                                        dynamic_growth_steps=10)
+        self.assertIsInstance(opt._inner, ToyKind)
+        var = tf.Variable(1.0)
+
+        def step(grad):
+            with tf.GradientTape() as tape:
+                loss = opt.get_scaled_loss(var * grad)
+            grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+            opt.apply_gradients(zip(grads, [var]))
+
+        step = test_util.maybe_function(step, use_tf_function)
+        step(tf.constant(2.0))
+        self.assertEqual(float(var.numpy()), 0.0)  # 1 - 0.5 * 2
+        step(tf.constant(NAN))
+        self.assertEqual(float(var.numpy()), 0.0)  # Skipped.
+        self.assertEqual(float(opt.loss_scale), 2.0)
+        self.assertEqual(int(opt.iterations.numpy()), 2)
+        self.assertEqual(int(opt.skipped_steps.numpy()), 1)
+
+        config = opt.get_config()
+        self.assertEqual(config["inner_optimizer"], {
+            "class_name": "ToyOptimizer", "config": {"learning_rate": 0.5}})
+        restored = tf_lso.LossScaleOptimizer.from_config(config)
+        self.assertIsInstance(restored.inner_optimizer, ToyOptimizer)
+        self.assertEqual(restored.inner_optimizer.learning_rate, 0.5)
+        self.assertEqual(restored.initial_scale, 4.0)
+        self.assertEqual(restored.dynamic_growth_steps, 10)
+
+    def test_checkpoint_holds_its_state(self):
+        opt = tf_lso.LossScaleOptimizer(ToyOptimizer(0.5), initial_scale=4)
+        opt.iterations.assign(3)
+        path = tf.train.Checkpoint(optimizer=opt).save(
+            self.create_tempdir().full_path + "/ckpt")
+        fresh = tf_lso.LossScaleOptimizer(ToyOptimizer(0.5), initial_scale=4)
+        tf.train.Checkpoint(optimizer=fresh).restore(path).assert_consumed()
+        self.assertEqual(int(fresh.iterations.numpy()), 3)

@@ -2,13 +2,14 @@
 
 `InnerOptimizerForwarding` is the base of `LossScaleOptimizer`. Explicit
 properties forward what every optimizer has (learning rate, clipping,
-iterations, variables, slots). Other attributes are forwarded by an explicit,
-derived list: the inner optimizer's hyperparameters, i.e. the numeric
-entries of its `get_config()` (Adam's `beta_1`, `epsilon`, ...), as TF 2.4
-forwarded its `_hyper` dict (a tf_keras legacy optimizer's own `_hyper`
-keys); flags such as SGD's `nesterov` are not.
-Anything else is the wrapper's own, and an unknown attribute raises an
-AttributeError naming the inner optimizer.
+iterations, variables, slots). The inner optimizer's hyperparameters are
+forwarded too: the names in `_forwarded_names`, a frozenset built once, when the
+inner optimizer is wrapped (`_start_forwarding`): the numeric entries of its
+`get_config()` (Adam's `beta_1`, `epsilon`, ...), as TF 2.4 forwarded its
+`_hyper` dict (a tf_keras legacy optimizer's own `_hyper` keys); flags such
+as SGD's `nesterov` are not.
+Anything else is the wrapper's own; `__getattr__` is there for the
+hyperparameters and for an AttributeError that names the inner optimizer.
 """
 
 from __future__ import annotations
@@ -48,10 +49,26 @@ def _is_wrapping(wrapper):
 class InnerOptimizerForwarding:
     """A Keras optimizer whose optimizer state is another optimizer's.
 
-    Subclasses set one attribute, `_inner` (an
-    `inner_optimizer.InnerOptimizer`), after Keras's constructor has run;
+    Subclasses call `_start_forwarding` with an
+    `inner_optimizer.InnerOptimizer` after Keras's constructor has run;
     forwarding starts then.
     """
+
+    def _start_forwarding(self, inner) -> None:
+        """Wraps `inner`: from now on its attributes are read through.
+
+        Builds `_forwarded_names` from `inner`, then sets `_inner`, last (Keras's
+        constructor assigns defaults before, which must not reach the inner
+        optimizer).
+        """
+        self.__dict__["_forwarded_names"] = frozenset(
+            name for name in inner.hyperparameter_names()
+            if not name.startswith("_"))
+        self._inner = inner
+
+    #: The inner optimizer's attributes that read and write through (its
+    #: hyperparameters), fixed when it is wrapped.
+    _forwarded_names: frozenset = frozenset()
 
     @property
     def inner_optimizer(self) -> Any:
@@ -105,22 +122,19 @@ class InnerOptimizerForwarding:
             self._inner.set_iterations(value)
 
     def _forwards(self, name):
-        return (
-            _is_wrapping(self)
-            and not name.startswith("_")
-            and name in self._inner.hyperparameter_names()
-        )
+        return name in self._forwarded_names
 
     def __getattr__(self, name):
-        # Only reached when normal lookup fails.
+        # Only reached when normal lookup fails: a hyperparameter, or an
+        # error that says what is forwarded.
         if self._forwards(name):
             return getattr(self._inner.optimizer, name)
         inner = self.__dict__.get("_inner")
         hint = "" if inner is None or name.startswith("_") else (
             f" Besides its own attributes it forwards the hyperparameters of "
             f"its inner optimizer {type(inner.optimizer).__name__}: "
-            f"{sorted(inner.hyperparameter_names())}. Other attributes of the "
-            "inner optimizer are on `inner_optimizer`."
+            f"{sorted(self._forwarded_names)}. Other attributes of "
+            "the inner optimizer are on `inner_optimizer`."
         )
         raise AttributeError(
             f"'{type(self).__name__}' object has no attribute '{name}'.{hint}"
@@ -138,11 +152,7 @@ class InnerOptimizerForwarding:
         super().__setattr__(name, value)
 
     def __dir__(self):
-        names = set(super().__dir__())
-        if _is_wrapping(self):
-            names |= {n for n in self._inner.hyperparameter_names()
-                      if not n.startswith("_")}
-        return sorted(names)
+        return sorted(set(super().__dir__()) | self._forwarded_names)
 
     @property
     def variables(self) -> list[tf.Variable]:

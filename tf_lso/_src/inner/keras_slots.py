@@ -3,7 +3,7 @@
 TF 2.x checkpoints name an optimizer's step counter `iter` and its slots by
 slot name (`m`, `v`, `momentum`, ...) under each variable; a Keras 3
 optimizer keeps the same state in variables named `<variable path>_<suffix>`.
-`inner_optimizer.KerasInner` uses this mapping to restore TF 2.x checkpoints.
+`kinds.keras_optimizer.KerasInner` uses this mapping to restore TF 2.x checkpoints.
 """
 
 from tf_lso._src import compat

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 from tf_lso._src import compat
-from tf_lso._src.inner import base as inner_lib
+from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 
 # TensorFlow's own function (TF1-style optimizers), as it was at import:

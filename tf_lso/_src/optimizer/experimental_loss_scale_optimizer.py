@@ -7,17 +7,18 @@ identifier for one) instead of the TF 2.4 arguments.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import keras
 
 from tf_lso._src.gradients import replicas
-from tf_lso._src.inner import base as inner_lib
+from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.optimizer import config as optimizer_config
 from tf_lso._src.optimizer import loss_scale_optimizer as lso_lib
+from tf_lso._src.optimizer import settings as settings_lib
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import serialization
+from tf_lso._src.scaling import validation
 
 
 def _to_loss_scale(loss_scale):
@@ -29,13 +30,13 @@ def _to_loss_scale(loss_scale):
             '"dynamic" (recommended), an int, a float, a FixedLossScale, or a '
             f"DynamicLossScale. Got value: {loss_scale!r}."
         )
-    optimizer_config.check_multiplier(converted, "argument")
+    settings_lib.check_multiplier(converted, "argument")
     return converted
 
 
 def _fixed_loss_scale(number):
     # TF 2.4's optimizer arguments allow any positive scale, below 1 too.
-    if isinstance(number, numbers.Real) and not isinstance(number, bool):
+    if validation.is_number(number):
         return loss_scale_lib.FixedLossScale._optimizer_scale(number,
                                                                "loss_scale")
     return None
@@ -136,22 +137,10 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             ValueError: For values the constructor rejects, a missing
                 optimizer, or a DynamicLossScale whose multiplier is not 2.
         """
-        config = optimizer_config.checked_config(config, cls.__name__)
-        if "optimizer" in config:  # TF 2.1-2.3's format.
-            loss_scale = optimizer_config.legacy_loss_scale(config,
-                                                           custom_objects)
-            inner_config = config["optimizer"]
-        else:
-            # Validated exactly as the TF 2.4 constructor validates them.
-            loss_scale = optimizer_config.loss_scale_from_settings(
-                config.get("dynamic", True), config.get("initial_scale"),
-                config.get("dynamic_growth_steps"),
-            )
-            inner_config = config["inner_optimizer"]
-        optimizer = optimizer_config.deserialize_inner_optimizer(
-            inner_config, custom_objects
-        )
+        config = optimizer_config.read(config, cls.__name__, custom_objects)
+        loss_scale = config.as_loss_scale()
+        optimizer = inner_lib.deserialize(config.inner_optimizer,
+                                          custom_objects)
         # Keywords, so that subclasses forwarding **kwargs round-trip.
-        optional = {k: config[k] for k in optimizer_config.OPTIONAL_KEYS
-                    if k in config}
-        return cls(optimizer=optimizer, loss_scale=loss_scale, **optional)
+        return cls(optimizer=optimizer, loss_scale=loss_scale,
+                   **config.optional)

@@ -13,11 +13,12 @@ import tensorflow as tf
 
 from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
-from tf_lso._src.inner import base as inner_lib
 from tf_lso._src.inner import forwarding as inner_forwarding
+from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.optimizer import apply_step
 from tf_lso._src.optimizer import checkpointing
 from tf_lso._src.optimizer import config as optimizer_config
+from tf_lso._src.optimizer import settings as settings_lib
 from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
@@ -105,10 +106,10 @@ class LossScaleOptimizer(
         **kwargs: Any,
     ) -> None:
         inner = inner_lib.wrap(inner_optimizer, "inner_optimizer")
-        optimizer_config.check_dynamic(dynamic)  # Before the strategy check.
-        optimizer_config.check_keras_keywords(kwargs)
+        settings_lib.check_dynamic(dynamic)  # Before the strategy check.
+        settings_lib.check_keras_keywords(kwargs)
         replicas.check_strategy_supported()
-        loss_scale = optimizer_config.loss_scale_from_settings(
+        loss_scale = settings_lib.loss_scale_from_settings(
             dynamic, initial_scale, dynamic_growth_steps
         )
         self._init_wrapper(inner, loss_scale, name, max_consecutive_skips,
@@ -118,7 +119,7 @@ class LossScaleOptimizer(
                       max_consecutive_skips=None, print_overflows=False):
         # Keras requires its constructor first. It assigns defaults such as
         # `clipnorm=None`, which the forwarded properties ignore until
-        # `_inner` is set, last.
+        # `_start_forwarding`, last.
         keras.optimizers.Optimizer.__init__(self, learning_rate=0.0,
                                             name=name)
         # Only a name that was passed is configuration (as in TF 2.4's
@@ -132,7 +133,7 @@ class LossScaleOptimizer(
             max_consecutive_skips, print_overflows)
         self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow)
         self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
-        self._inner = inner
+        self._start_forwarding(inner)
         inner_lib.claim(inner)
 
     # -- Loss scale state ---------------------------------------------------
@@ -522,10 +523,8 @@ class LossScaleOptimizer(
             ValueError: For a TF <= 2.3 config whose loss scale has no TF 2.4
                 equivalent.
         """
-        config = optimizer_config.upgrade_legacy_config(
-            optimizer_config.checked_config(config, cls.__name__)
-        )
-        inner_optimizer = optimizer_config.deserialize_inner_optimizer(
+        config = optimizer_config.upgrade_legacy_config(config, cls.__name__)
+        inner_optimizer = inner_lib.deserialize(
             config.pop("inner_optimizer"), custom_objects
         )
         # Keywords, so that a subclass whose __init__ takes **kwargs and

@@ -156,7 +156,7 @@ class FixedLossScale(LossScale):
     """
 
     def __init__(self, loss_scale_value: int | float) -> None:
-        if not isinstance(loss_scale_value, (int, float)):
+        if not validation.is_python_number(loss_scale_value):
             raise ValueError(
                 "`loss_scale_value` must be a Python int or float. Received: "
                 f"loss_scale_value={loss_scale_value!r} of type "

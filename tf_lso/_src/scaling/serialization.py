@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tf_lso._src import compat
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
+from tf_lso._src.scaling import validation
 
 _BUILTIN_CLASSES = {
     "FixedLossScale": loss_scale_lib.FixedLossScale,
@@ -118,7 +119,7 @@ def get(identifier: Any) -> loss_scale_lib.LossScale | None:
 
 
 def _fixed_loss_scale(number):
-    if isinstance(number, (int, float)):
+    if validation.is_python_number(number):
         return loss_scale_lib.FixedLossScale(number)
     return None
 

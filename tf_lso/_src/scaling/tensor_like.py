@@ -89,8 +89,8 @@ class ScheduledLearningRate(TensorLike):
     calls it: `opt.learning_rate(opt.iterations)`. Keras 3's is the current
     value. This object is both: called with a step it returns the schedule's
     value at that step; used as a tensor it is the current learning rate.
-    Other attributes (`get_config`, `initial_learning_rate`, ...) are the
-    schedule's.
+    The schedule's public attributes (`get_config`, `initial_learning_rate`,
+    ...) are read through, by a list made when it is wrapped.
 
     Args:
         schedule: The `LearningRateSchedule` (or callable) of the optimizer.
@@ -100,6 +100,9 @@ class ScheduledLearningRate(TensorLike):
     def __init__(self, schedule, current):
         self._schedule = schedule
         self._current = current
+        # What reads through to the schedule, fixed here.
+        self._forwarded = frozenset(
+            name for name in dir(schedule) if not name.startswith("_"))
 
     @property
     def schedule(self):
@@ -114,9 +117,15 @@ class ScheduledLearningRate(TensorLike):
         return tf.convert_to_tensor(self._current(), tf.float32)
 
     def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._schedule, name)
+        # Only reached when normal lookup fails.
+        if name in self.__dict__.get("_forwarded", ()):
+            return getattr(self._schedule, name)
+        raise AttributeError(
+            f"'{type(self).__name__}' object has no attribute '{name}'. It "
+            f"reads through the public attributes of its schedule "
+            f"{type(self.__dict__.get('_schedule')).__name__}; this is not "
+            "one of them."
+        )
 
     def __repr__(self):
         return f"<ScheduledLearningRate of {self._schedule!r}>"

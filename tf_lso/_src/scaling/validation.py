@@ -1,5 +1,9 @@
 """Checks of the numbers users pass to loss scales and loss scale optimizers.
 
+What counts as a number is decided here, and only here: `is_number` (any
+real number but a bool), `is_python_number` (TF's loss scale classes' rule)
+and `is_scalar_number` (a config value, tensors included).
+
 A loss scale lives in a float32 variable, so a scale is judged by its
 float32 value: `1e39` is infinite there and `1e-50` is zero, though both are
 fine Python floats. Step counts are compared with an int64 counter.
@@ -17,8 +21,31 @@ _INT64_MAX = 2**63 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+def is_number(value):
+    """Whether `value` is a real number (Python's or NumPy's), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_python_number(value):
+    """Whether `value` is a Python int or float: TF's loss scale classes'
+    rule (`FixedLossScale(...)`, `get(...)`), which lets bools through as
+    TF did."""
+    return isinstance(value, (int, float))
+
+
+def is_scalar_number(value):
+    """Whether `value` is a numeric scalar: Python and NumPy scalars, 0-d
+    arrays and eager tensors alike (a tf_keras legacy config holds the
+    values of its variables); not bools."""
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        return False
+    return array.ndim == 0 and array.dtype.kind in "iuf"
+
+
 def _number(value, name):
-    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Real):
+    if not is_number(value):
         raise TypeError(
             f"`{name}` must be a number. Received: {name}={value!r} of type "
             f"{type(value).__name__}."
@@ -70,7 +97,7 @@ def integer(value, name, minimum=1):
         ValueError: If it is NaN, infinite, not integral, below `minimum` or
             above the int64 maximum.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_number(value):
         raise TypeError(
             f"`{name}` must be an integer. Received: {name}={value!r} of type "
             f"{type(value).__name__}."

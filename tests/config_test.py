@@ -1,13 +1,10 @@
-"""Tests for tf_lso._src.optimizer.config: argument checks and old configs."""
-
-import copy
+"""Tests for tf_lso._src.optimizer.config: the two config formats."""
 
 import keras
 import pytest
 
 import tf_lso
 from tf_lso._src.optimizer import config as optimizer_config
-from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 import test_util
 
@@ -33,52 +30,6 @@ def test_tf2_4_config_is_unchanged():
     config = {"inner_optimizer": {}, "dynamic": False, "initial_scale": 2.0,
               "dynamic_growth_steps": None}
     assert optimizer_config.upgrade_legacy_config(config) == config
-
-
-def test_multiplier_other_than_2_is_rejected():
-    with pytest.raises(ValueError, match="multiplier is not 2"):
-        optimizer_config.check_multiplier(
-            loss_scale_lib.DynamicLossScale(multiplier=4.0), "config"
-        )
-
-
-def test_multiplier_message_for_a_constructor_argument():
-    with pytest.raises(ValueError, match="multiplier must be 2"):
-        optimizer_config.check_multiplier(
-            loss_scale_lib.DynamicLossScale(multiplier=4.0), "argument"
-        )
-    optimizer_config.check_multiplier(
-        loss_scale_lib.DynamicLossScale(multiplier=2.0), "argument")
-    optimizer_config.check_multiplier(
-        loss_scale_lib.FixedLossScale(4.0), "config")
-
-
-def test_tf2_inner_config_upgrade():
-    schedule = {"class_name": "PiecewiseConstantDecay",
-                "config": {"boundaries": [2], "values": [1.0, 0.5],
-                           "name": None}}
-    config = {"class_name": "Adam",
-              "config": {"learning_rate": schedule, "decay": 0.0,
-                         "beta_1": 0.5}}
-    before = copy.deepcopy(config)
-    upgraded = optimizer_config.upgrade_tf2_inner_config(config)
-    assert config == before
-    assert set(upgraded["config"]) == {"learning_rate", "beta_1"}
-    learning_rate = upgraded["config"]["learning_rate"]
-    assert isinstance(learning_rate,
-                      keras.optimizers.schedules.PiecewiseConstantDecay)
-    assert float(learning_rate(3)) == 0.5  # Callable: it has a name.
-
-
-def test_tf2_inner_config_keeps_a_nonzero_decay():
-    config = {"class_name": "SGD", "config": {"decay": 0.1}}
-    assert optimizer_config.upgrade_tf2_inner_config(config) == config
-
-
-def test_keras3_inner_config_is_unchanged():
-    config = keras.optimizers.serialize(keras.optimizers.SGD(
-        keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)))
-    assert optimizer_config.upgrade_tf2_inner_config(config) == config
 
 
 @pytest.mark.parametrize("kind", ["legacy", "tf_keras"])

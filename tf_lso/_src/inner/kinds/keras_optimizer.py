@@ -1,0 +1,160 @@
+"""The Keras 3 kind: `keras.optimizers.Optimizer` (`tf.keras` on TF 2.16+).
+
+It also restores TF 2.x checkpoints (`keras_slots`) and reads TF 2.x
+optimizer configs, and it is the kind of last resort for configs.
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_lso._src import compat
+from tf_lso._src.gradients import replicas
+from tf_lso._src.inner import inner_optimizer
+from tf_lso._src.inner import keras_slots
+from tf_lso._src.scaling import tensor_like
+
+
+@inner_optimizer.register
+class KerasInner(inner_optimizer.InnerOptimizer):
+    """A Keras 3 optimizer.
+
+    Slots that a checkpoint restores before the optimizer is built are
+    restored by `build`.
+    """
+
+    reads_other_configs = True
+
+    def __init__(self, optimizer):
+        super().__init__(optimizer)
+        self._pending_slot_restores = []
+
+    @classmethod
+    def accepts(cls, optimizer):
+        return isinstance(optimizer, keras.optimizers.Optimizer)
+
+    @classmethod
+    def deserialize(cls, config, custom_objects=None):
+        """A Keras 3 optimizer; TF 2.x configs (no `module`) too.
+
+        See `upgrade_tf2_config`.
+        """
+        return keras.optimizers.deserialize(
+            upgrade_tf2_config(config, custom_objects),
+            custom_objects=custom_objects,
+        )
+
+    def aggregated(self, packed, var_list):
+        del var_list  # `packed` knows the values that are not summed.
+        if replicas.replicas_in_sync() == 1:
+            return packed, True
+        # Keras 3 would clip each replica's gradients before its all-reduce;
+        # TF 2.4 clipped the sum, and so does this (one all-reduce for all).
+        return replicas.all_reduced(packed), False
+
+    def build(self, var_list):
+        if not self.optimizer.built:
+            with keras.name_scope(self.optimizer.name, caller=self.optimizer):
+                self.optimizer.build(var_list)
+        pending, self._pending_slot_restores = self._pending_slot_restores, []
+        for position, slot_name, variable in pending:
+            slot = keras_slots.slot(self.optimizer, variable, slot_name)
+            if slot is not None:
+                compat.restore_position(position, slot)
+
+    def check_variables(self, var_list):
+        compat.keras_check_variables_are_known(self.optimizer, var_list)
+
+    def apply(self, grads_and_vars, name, aggregate):
+        del name  # Keras 3 optimizers take no name.
+        if aggregate:
+            return self.optimizer.apply_gradients(grads_and_vars)
+        return compat.keras_apply_without_all_reduce(self.optimizer,
+                                                     grads_and_vars)
+
+    def learning_rate(self):
+        schedule = compat.keras_learning_rate_schedule(self.optimizer)
+        if schedule is None:
+            return self.optimizer.learning_rate
+        return tensor_like.ScheduledLearningRate(
+            schedule, lambda: self.optimizer.learning_rate
+        )
+
+    def skip_step(self):
+        # With gradient accumulation it also empties the accumulators: the
+        # window that the non-finite gradient reached is dropped as a whole.
+        if not getattr(self.optimizer, "gradient_accumulation_steps", None):
+            self.optimizer.iterations.assign_add(1)
+            return
+        compat.keras_step_counter(self.optimizer).assign_add(1)
+        for accumulator in compat.keras_gradient_accumulators(
+            self.optimizer, compat.keras_trainable_variables(self.optimizer)
+        ):
+            accumulator.assign(tf.zeros_like(accumulator))
+
+    def accumulation_window(self, var_list):
+        # `is_window_end` is True when this `apply` call ends a window and
+        # updates the variables; `accumulators` hold the window's sums.
+        steps = getattr(self.optimizer, "gradient_accumulation_steps", None)
+        if not steps:
+            return None
+        counter = compat.keras_step_counter(self.optimizer)
+        is_window_end = tf.equal((counter + 1) % steps, 0)
+        return is_window_end, compat.keras_gradient_accumulators(
+            self.optimizer, var_list
+        )
+
+    def checkpoint_child(self, name):
+        child = super().checkpoint_child(name)
+        if child is None:
+            child = keras_slots.legacy_dependency(self.optimizer, name)
+        return child
+
+    def create_or_restore_slot(self, position, slot_name, variable, **kwargs):
+        if not self.optimizer.built:
+            self._pending_slot_restores.append((position, slot_name, variable))
+            return None
+        return keras_slots.slot(self.optimizer, variable, slot_name)
+
+    def serialize(self):
+        config = keras.optimizers.serialize(self.optimizer)
+        if compat.keras_is_auto_name(self.optimizer):
+            # Not configuration: it depends on how many optimizers of the
+            # class were built before (TF 2.x names did not).
+            config["config"].pop("name", None)
+        return config
+
+
+def upgrade_tf2_config(config, custom_objects=None):
+    """A TF 2.x inner optimizer config, made readable by Keras 3.
+
+    TF 2.x wrote a learning rate schedule as `{class_name, config}` with
+    `name: None`: Keras 3 finds no class without a `module`, and a schedule
+    named None fails when called. It is deserialized here, under its class's
+    default name. The `decay: 0.0` that every TF 2.x config has is dropped
+    (Keras 3 warns about any `decay`; a nonzero one it ignores, and keeps
+    warning about). Configs that Keras 3 wrote are returned unchanged.
+
+    Args:
+        config: A serialized Keras 3 optimizer (`{class_name, config}`).
+        custom_objects: Optional dict of custom schedule classes.
+
+    Returns:
+        The config to deserialize; `config` itself is never edited.
+    """
+    inner = config.get("config")
+    if not isinstance(inner, dict):
+        return config
+    inner = dict(inner)
+    if inner.get("decay", None) == 0:
+        del inner["decay"]
+    schedule = inner.get("learning_rate")
+    if isinstance(schedule, dict) and "module" not in schedule:
+        schedule = dict(schedule)
+        if isinstance(schedule.get("config"), dict):
+            schedule["config"] = {
+                key: value for key, value in schedule["config"].items()
+                if not (key == "name" and value is None)
+            }
+        inner["learning_rate"] = keras.optimizers.schedules.deserialize(
+            schedule, custom_objects=custom_objects)
+    return {**config, "config": inner}

@@ -1,0 +1,142 @@
+"""The two tf_keras kinds: `tf_keras.optimizers.*` and its `legacy.*`.
+
+tf_keras is optional: these kinds accept nothing when it is not installed
+(`compat.tf_keras_module`), and import it only to read a config of theirs.
+Both write and read their configs with tf_keras's own serialization.
+"""
+
+import importlib
+
+import keras
+
+from tf_lso._src import compat
+from tf_lso._src.inner import inner_optimizer
+
+
+class _TfKerasKind(inner_optimizer.InnerOptimizer):
+    """What both tf_keras kinds share: their configs."""
+
+    @classmethod
+    def reads_config(cls, config):
+        inner_config = config.get("config", {})
+        return config.get("module") == "keras.optimizers.legacy" or (
+            isinstance(inner_config, dict)
+            and "is_legacy_optimizer" in inner_config
+        )
+
+    @classmethod
+    def deserialize(cls, config, custom_objects=None):
+        tf_keras = importlib.import_module("tf_keras")
+        return tf_keras.optimizers.deserialize(
+            config, custom_objects=_with_keras_custom_objects(
+                config, custom_objects))
+
+    def serialize(self):
+        return compat.tf_keras_module().optimizers.serialize(self.optimizer)
+
+
+def _with_keras_custom_objects(config, custom_objects):
+    """`custom_objects` plus Keras 3's custom object for `config`'s class.
+
+    Keras 3 hands custom objects over in a `custom_object_scope` (as
+    `keras.optimizers.deserialize` and `load_model` do) or registers them;
+    tf_keras does not look there, so the class is passed on by name.
+    """
+    custom_objects = dict(custom_objects or {})
+    for name in (config.get("registered_name"), config.get("class_name")):
+        if isinstance(name, str) and name not in custom_objects:
+            found = keras.saving.get_registered_object(name)
+            if found is not None:
+                custom_objects[name] = found
+    return custom_objects
+
+
+def _tf_keras_optimizers():
+    tf_keras = compat.tf_keras_module()
+    return None if tf_keras is None else tf_keras.optimizers
+
+
+@inner_optimizer.register
+class TfKerasInner(_TfKerasKind):
+    """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
+
+    @classmethod
+    def accepts(cls, optimizer):
+        optimizers = _tf_keras_optimizers()
+        return optimizers is not None and isinstance(
+            optimizer, optimizers.Optimizer) and not isinstance(
+            optimizer, optimizers.legacy.Optimizer)
+
+    def build(self, var_list):
+        self.optimizer.build(var_list)  # A no-op once built.
+
+    def check_variables(self, var_list):
+        compat.tf_keras_check_variables_are_known(self.optimizer, var_list)
+
+    def aggregated(self, packed, var_list):
+        return inner_optimizer.aggregated_by(
+            self.optimizer.aggregate_gradients, packed, var_list), False
+
+    def apply(self, grads_and_vars, name, aggregate):
+        # Only a name that was given: tf_keras's own wrapper passes none,
+        # and subclasses' apply_gradients overrides need not take one.
+        kwargs = {} if name is None else {"name": name}
+        return self.optimizer.apply_gradients(
+            grads_and_vars, skip_gradients_aggregation=not aggregate, **kwargs
+        )
+
+
+@inner_optimizer.register
+class TfKerasLegacyInner(_TfKerasKind):
+    """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
+
+    @classmethod
+    def accepts(cls, optimizer):
+        optimizers = _tf_keras_optimizers()
+        return optimizers is not None and isinstance(
+            optimizer, optimizers.legacy.Optimizer)
+
+    def build(self, var_list):
+        compat.legacy_create_all_weights(self.optimizer, var_list)
+
+    def check_variables(self, var_list):
+        del var_list  # OptimizerV2 updates any variable.
+
+    def check_graph(self):
+        pass  # OptimizerV2 runs in tf.compat.v1 graphs too.
+
+    def aggregated(self, packed, var_list):
+        return inner_optimizer.aggregated_by(
+            lambda pairs: compat.legacy_aggregate_gradients(self.optimizer,
+                                                            pairs),
+            packed, var_list), False
+
+    def apply(self, grads_and_vars, name, aggregate):
+        return self.optimizer.apply_gradients(
+            grads_and_vars, name=name,
+            experimental_aggregate_gradients=aggregate,
+        )
+
+    def variables(self):
+        return list(self.optimizer.variables())
+
+    def get_weights(self):
+        # In a tf.compat.v1 graph too (through the default session).
+        return self.optimizer.get_weights()
+
+    def hyperparameter_names(self):
+        # Exactly what TF 2.4 forwarded; the config's values are variable
+        # reads, which can be empty while the first step is traced.
+        return compat.legacy_hyperparameter_names(self.optimizer)
+
+    def slot_names(self):
+        return self.optimizer.get_slot_names()
+
+    def slot_owner(self, method):
+        del method
+        return self.optimizer
+
+    def create_or_restore_slot(self, position, slot_name, variable, **kwargs):
+        return compat.create_or_restore_slot(
+            self.optimizer, position, slot_name, variable, **kwargs
+        )

@@ -1,0 +1,164 @@
+"""TF 2.4's `LossScaleOptimizer` arguments: checks, and the loss scale they make.
+
+`dynamic`, `initial_scale` and `dynamic_growth_steps` describe a
+`FixedLossScale` or a `DynamicLossScale` with multiplier 2; which loss
+scales they can describe is the loss scale's own answer
+(`LossScale._optimizer_settings`). Keras 3's base optimizer keywords are
+checked here too.
+"""
+
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
+from tf_lso._src.scaling import validation
+
+# Keras 3's base optimizer arguments, which belong to the inner optimizer,
+# with the values that Keras 3's LossScaleOptimizer still accepts (its
+# Keras 3.0-3.3 configs hold them).
+KERAS_BASE_DEFAULTS = {
+    "weight_decay": None,
+    "clipnorm": None,
+    "global_clipnorm": None,
+    "clipvalue": None,
+    "use_ema": False,
+    "ema_momentum": 0.99,
+    "ema_overwrite_frequency": None,
+    "loss_scale_factor": None,
+    "gradient_accumulation_steps": None,
+}
+
+
+def check_dynamic(dynamic):
+    """Raises TF 2.4's TypeError unless `dynamic` is a bool.
+
+    It catches TF 2.1-2.3 code that passes a loss scale as the second
+    argument of the TF 2.4 constructor, and Keras 3 code that passes its
+    initial scale there.
+    """
+    if not isinstance(dynamic, bool):
+        raise TypeError(
+            '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
+            f"bool, but got: {dynamic!r}. To pass a loss scale as the "
+            "second argument, use "
+            "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale); "
+            "to set the initial loss scale (Keras 3's second argument), pass "
+            "`initial_scale=` by keyword."
+        )
+
+
+def check_keras_keywords(kwargs, class_name="LossScaleOptimizer"):
+    """Raises Keras 3's ValueError for keywords a loss scale optimizer lacks.
+
+    Keras 3's base optimizer arguments are accepted at their defaults only
+    (`KERAS_BASE_DEFAULTS`); anything else is refused by name.
+
+    Args:
+        kwargs: The keywords beyond the constructor's own.
+        class_name: For messages.
+
+    Raises:
+        ValueError: For a base optimizer argument with another value (set
+            it on the inner optimizer), or an unknown keyword.
+    """
+    for name, default in KERAS_BASE_DEFAULTS.items():
+        if name not in kwargs:
+            continue
+        value = kwargs[name]
+        if (default is None and value is not None) or value != default:
+            raise ValueError(
+                f"{class_name} does not support `{name}`. Instead, set "
+                f"`{name}` on the `inner_optimizer`. Received: "
+                f"{name}={value!r}."
+            )
+    unknown = [k for k in kwargs if k not in KERAS_BASE_DEFAULTS]
+    if unknown:
+        hint = (
+            " To pass a TF 2.1-2.3 loss scale, use "
+            "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)."
+            if "loss_scale" in unknown else
+            " Its arguments are inner_optimizer, dynamic, initial_scale, "
+            "dynamic_growth_steps, name, max_consecutive_skips and "
+            "print_overflows."
+        )
+        raise ValueError(
+            f"{class_name} does not support arguments: "
+            f"`{'`, `'.join(unknown)}`.{hint}"
+        )
+
+
+def loss_scale_from_settings(dynamic=True, initial_scale=None,
+                             dynamic_growth_steps=None):
+    """The loss scale for TF 2.4's constructor arguments, validated.
+
+    Args:
+        dynamic: Whether the scale is dynamic; must be a bool.
+        initial_scale: The initial scale, or None for the default (dynamic
+            only).
+        dynamic_growth_steps: The growth period, or None for the default;
+            must be None when `dynamic` is False.
+
+    Returns:
+        A `DynamicLossScale` (multiplier 2) or a `FixedLossScale`.
+
+    Raises:
+        TypeError: If `dynamic` is not a bool or a value is not a number.
+        ValueError: For missing or out-of-range values.
+    """
+    check_dynamic(dynamic)
+    if dynamic:
+        return loss_scale_lib.DynamicLossScale(
+            validation.scale(
+                loss_scale_lib.DEFAULT_INITIAL_SCALE if initial_scale is None
+                else initial_scale,
+                "initial_scale",
+            ),
+            validation.integer(
+                loss_scale_lib.DEFAULT_GROWTH_STEPS
+                if dynamic_growth_steps is None
+                else dynamic_growth_steps,
+                "dynamic_growth_steps",
+            ),
+            multiplier=2.0,
+        )
+    if initial_scale is None:
+        raise ValueError(
+            '"initial_scale" must be specified if "dynamic" is False.'
+        )
+    if dynamic_growth_steps is not None:
+        raise ValueError(
+            '"dynamic_growth_steps" must be None if "dynamic" is '
+            f"False, but got: {dynamic_growth_steps!r}. Pass it only "
+            "with dynamic=True."
+        )
+    return loss_scale_lib.FixedLossScale._optimizer_scale(initial_scale,
+                                                           "initial_scale")
+
+
+def check_multiplier(loss_scale, source):
+    """Rejects a DynamicLossScale that TF 2.4's arguments cannot describe.
+
+    Its multiplier is then not 2 (`DynamicLossScale._optimizer_settings`
+    decides); other loss scales pass.
+
+    Args:
+        loss_scale: A `LossScale`.
+        source: `'argument'` (passed to the TF 2.1-2.3 constructor) or
+            `'config'` (deserialized); TF's message differs.
+
+    Raises:
+        ValueError: With TF's message for `source`.
+    """
+    if (
+        not isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
+        or loss_scale._optimizer_settings() is not None
+    ):
+        return
+    if source == "argument":
+        raise ValueError(
+            'When passing a DynamicLossScale to "loss_scale", '
+            f"DynamicLossScale.multiplier must be 2. Got: {loss_scale!r}."
+            " Write a LossScale subclass for another growth rule."
+        )
+    raise ValueError(
+        "Cannot deserialize LossScaleOptimizer with a DynamicLossScale "
+        f"whose multiplier is not 2. Got DynamicLossScale: {loss_scale!r}."
+        " Only a multiplier of 2 has a TF 2.4 equivalent."
+    )
