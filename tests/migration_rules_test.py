@@ -1,19 +1,26 @@
-"""Tests for tf_lso._migration.rules."""
+"""Tests for tf_lso._migration.rule and rules/: the table of rules.
 
+A toy rule registered here proves that a rule is one class: the checker,
+the fixer, the reports and `--select` find it in the table.
+"""
+
+import ast
 import doctest
+import json
 import pathlib
 import re
 
 import migration_util
+import pytest
 
-import tf_lso
+from tf_lso._migration import rule as rule_lib
 from tf_lso._migration import rules
 
 MIGRATION = pathlib.Path(__file__).parents[1] / "docs" / "migration.md"
 
 
 def test_doctests():
-    assert doctest.testmod(rules).failed == 0
+    assert doctest.testmod(rule_lib).failed == 0
 
 
 def test_every_rule_links_to_a_section_of_the_migration_guide():
@@ -26,28 +33,79 @@ def test_every_rule_links_to_a_section_of_the_migration_guide():
         assert row in MIGRATION.read_text(), rule.id
 
 
-@migration_util.needs_tensorflow
-def test_every_replacement_exists_in_tf_lso():
-    for new in list(rules.LEGACY_NAMES.values()) + list(
-            rules.LEGACY_MODULES.values()):
-        value = tf_lso
-        for part in new.split(".")[1:]:
-            value = getattr(value, part)
-        assert value is not None, new
+def test_rule_ids_are_their_modules_names():
+    # One module per rule, named after it: where a reader looks for one.
+    for rule in rules.RULES.values():
+        module = type(rule).__module__
+        assert module == f"tf_lso._migration.rules.{rule.id.replace('-', '_')}"
 
 
-@migration_util.needs_tensorflow
-def test_every_name_install_provides_is_known():
-    from tf_lso._src.legacy_api import install as install_lib
+class ToyRule(rule_lib.Rule):
+    """Flags `toy_old(...)`; `--fix` renames it `toy_new`."""
 
-    for name in install_lib.installed_names():
-        assert rules.replacement(name) is not None, name
-        assert rules.is_legacy(name)
+    id = "toy-rule"
+    severity = "warning"
+    section = "Other things you will hit"
+    summary = "`toy_old`, which a toy rule renames"
+    visits = (ast.Call,)
+    fixes = True
+
+    def visit(self, node, context):
+        if isinstance(node.func, ast.Name) and node.func.id == "toy_old":
+            context.report(node, self.id, "`toy_old` is gone; use `toy_new`.")
+
+    def fix(self, module, tree, cst):
+        class Rename(cst.CSTTransformer):
+            def leave_Name(self, original_node, updated_node):
+                if updated_node.value == "toy_old":
+                    return updated_node.with_changes(value="toy_new")
+                return updated_node
+
+        return module.visit(Rename())
 
 
-def test_canonical_spellings():
-    assert rules.canonical("tensorflow") == "tf"
-    assert rules.canonical("tensorflow.compat.v2.train") == "tf.train"
-    assert rules.canonical("keras.mixed_precision") == "tf.keras.mixed_precision"
-    assert rules.canonical("kerasx.y") == "kerasx.y"
-    assert rules.canonical("tensorflow_addons") == "tensorflow_addons"
+@pytest.fixture
+def toy_rule():
+    rule_lib.register(ToyRule)
+    yield rules.RULES["toy-rule"]
+    rule_lib.unregister("toy-rule")
+
+
+SOURCE = "x = toy_old(1)  # toy\ny = toy_old(2)  # tf-lso: ignore[toy-rule]\n"
+
+
+def test_a_registered_rule_is_checked_selected_and_reported(toy_rule):
+    from tf_lso._migration import check
+    from tf_lso._migration import report
+
+    findings = check.check_source(SOURCE, "toy.py")
+    assert [(f.line, f.rule, f.severity, f.fixable) for f in findings] == [
+        (1, "toy-rule", "warning", True)]
+    assert findings[0].doc == toy_rule.doc == (
+        "docs/migration.md#other-things-you-will-hit")
+    assert report.rule_ids(["toy-rule"]) == {"toy-rule"}
+    assert report.selected(findings, set(), {"toy-rule"}) == []
+    sarif = json.loads(report.sarif(findings, 1))
+    assert sarif["runs"][0]["tool"]["driver"]["rules"][0]["id"] == "toy-rule"
+
+
+@migration_util.needs_libcst
+def test_a_registered_rule_fixes(toy_rule):
+    from tf_lso._migration import fix
+
+    del toy_rule
+    assert fix.fix_source(SOURCE) == SOURCE.replace("toy_old", "toy_new")
+
+
+def test_registering_checks_the_rule():
+    class Nameless(rule_lib.Rule):
+        severity = "warning"
+
+    with pytest.raises(ValueError, match="needs the string attributes"):
+        rule_lib.register(Nameless)
+
+    class Taken(ToyRule):
+        id = "legacy-name"
+
+    with pytest.raises(ValueError, match="registered already"):
+        rule_lib.register(Taken)

@@ -15,7 +15,7 @@ import types
 import keras
 import tensorflow as tf
 
-from tf_lso._migration import rules as legacy
+from tf_lso._migration import legacy_names as legacy
 from tf_lso._src.legacy_api import compile_hook
 from tf_lso._src.legacy_api import policy as policy_lib
 
@@ -60,7 +60,7 @@ def installed_names() -> list[str]:
     """The dotted names `install()` provides, for docs and tests.
 
     Every public name of the one table of legacy names that `python -m
-    tf_lso check --fix` rewrites too (`tf_lso/_migration/rules.py`).
+    tf_lso check --fix` rewrites too (`tf_lso/_migration/legacy_names.py`).
     """
     return legacy.installed_names()
 

@@ -1,14 +1,11 @@
-"""What `python -m tf_lso check` looks for, and where the docs explain it.
+"""The legacy mixed-precision names, and what they become in tf_lso.
 
-Shared by the checker (`check.py`, standard library `ast`) and the
-fixer (`fix.py`, LibCST): the legacy names and what they become,
-how an imported dotted name is spelled canonically, and the rules.
+The one table that `tf_lso.install()` (the public names, see
+`installed_names`) and the migration tool's `legacy-name` rule (`check`
+and `--fix`) both read, and how a dotted name is spelled canonically.
+Standard library only: the runtime imports it, and so does the checker,
+which runs without TensorFlow.
 """
-
-import collections
-import re
-
-SEVERITIES = ("info", "warning", "error")
 
 _LOSS_SCALES = ("LossScale", "FixedLossScale", "DynamicLossScale")
 _SERIALIZATION = ("get", "serialize", "deserialize")
@@ -101,76 +98,16 @@ def installed_names():
     return [name for name in LEGACY_NAMES if not name.startswith("tf.python.")]
 
 
+def in_legacy_module(dotted):
+    """Whether a canonical dotted name is inside a legacy module."""
+    return any(dotted.startswith(module + ".") for module in LEGACY_MODULES)
+
+
 def is_legacy(dotted):
     """Whether a canonical dotted name is, or is inside, a legacy module."""
-    return replacement(dotted) is not None or any(
-        dotted.startswith(module + ".") for module in LEGACY_MODULES
-    )
+    return replacement(dotted) is not None or in_legacy_module(dotted)
 
 
-Rule = collections.namedtuple("Rule", "id severity section summary")
-
-_DIFFERENCES = "Deliberate differences from TF 2.4"
-_OTHER = "Other things you will hit"
-
-RULES = {rule.id: rule for rule in (
-    Rule("legacy-name", "error", "Old call → new call",
-         "a TF 2.1-2.4 mixed-precision name that TensorFlow 2.16+ no longer "
-         "has (or, for `tf.keras.mixed_precision.LossScaleOptimizer`, has "
-         "with Keras 3's different API); `--fix` rewrites it to tf_lso's "
-         "where tf_lso provides it"),
-    Rule("graph-rewrite", "warning", _OTHER,
-         "`tf.compat.v1`'s `enable_mixed_precision_graph_rewrite`, which "
-         "TensorFlow 2.16+ keeps for TF1 optimizers only"),
-    Rule("run-v2", "error", _OTHER,
-         "`strategy.experimental_run_v2`, removed in TensorFlow 2.16"),
-    Rule("decayed-lr", "error", _OTHER,
-         "`opt._decayed_lr(...)`, gone with OptimizerV2"),
-    Rule("optimizer-v2-subclass", "error", "tf_keras legacy inner optimizers",
-         "a `tf.keras.optimizers` subclass written against OptimizerV2's "
-         "hooks, which Keras 3 optimizers do not call"),
-    Rule("get-gradients", "warning", _OTHER,
-         "`opt.get_gradients(loss, params)`: graph mode only"),
-    Rule("schedule-call", "warning", _DIFFERENCES,
-         "`opt.learning_rate(step)` / `opt.lr(step)`: callable on tf_lso's "
-         "optimizers only"),
-    Rule("aggregate-gradients", "warning", _OTHER,
-         "`experimental_aggregate_gradients=`, which Keras 3 optimizers "
-         "reject"),
-    Rule("private-attribute", "warning", _OTHER,
-         "`opt._optimizer` / `opt._loss_scale`, TF's private attributes"),
-    Rule("dtype-name", "warning", _OTHER,
-         "`x.dtype.name`, which fails on Keras 3 tensors (their dtype is a "
-         "string)"),
-    Rule("variable-name-suffix", "warning", _OTHER,
-         "a variable name ending in `:0` in a regex or compared with a "
-         "`.name`, which Keras 3 variable names never match"),
-    Rule("skipped-step-iterations", "warning",
-         "Differences from TF 2.1–2.3 (experimental class)",
-         "`iterations` read next to TF 2.1-2.3's LossScaleOptimizer, which "
-         "did not count skipped steps; TF 2.4 and tf_lso do"),
-    Rule("policy-loss-scale", "info", "The legacy policy API",
-         "`Policy(name, loss_scale=...)`: kept by `tf_lso.experimental."
-         "Policy` (Keras 3's policies have no loss scale)"),
-    Rule("loss-scale-call", "info", _DIFFERENCES,
-         "`opt.loss_scale()`: TF 2.1-2.3's call, which the experimental "
-         "class keeps (TF 2.4's class has a tensor there)"),
-    Rule("unparsable", "error", "Checking a code base",
-         "a file that could not be read or parsed as Python 3; it was "
-         "skipped"),
-)}
-
-
-def anchor(heading):
-    """GitHub's anchor for a markdown heading.
-
-    >>> anchor("Old call → new call")
-    'old-call--new-call'
-    """
-    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
-    return text.replace(" ", "-")
-
-
-def doc_link(rule_id):
-    """Where docs/migration.md explains a rule."""
-    return f"docs/migration.md#{anchor(RULES[rule_id].section)}"
+def is_ours(dotted):
+    """Whether a canonical dotted name is tf_lso's."""
+    return dotted == "tf_lso" or dotted.startswith("tf_lso.")

@@ -1,0 +1,244 @@
+"""What a migration rule is, what it sees, and the table of rules.
+
+A rule is one class, whole in one module of `rules/`: its id, severity,
+the section of docs/migration.md that explains it (the docs anchor), the
+one-line summary that the docs table shows, the AST node types it looks
+at (`visits`), what it reports on them (`visit`, and `finish` for what
+needs the whole file), and its rewrite if it has one (`fix`). `@register`
+puts it in `RULES`, the one table that the checker (`check.py`), the fixer
+(`fix.py`), the reports (`report.py`) and the docs-table test read.
+
+Standard library only, as the whole migration tool.
+"""
+
+import ast
+import collections
+import re
+
+from tf_lso._migration import legacy_names
+
+SEVERITIES = ("info", "warning", "error")
+
+
+class SkipChildren:
+    """What `Rule.visit` returns to keep a node's children from every rule.
+
+    For a node that the rule has reported whole (a legacy dotted name), so
+    that no part of it is reported again.
+    """
+
+
+class Rule:
+    """One thing `python -m tf_lso check` looks for. Subclass and register.
+
+    A subclass's docstring is its `summary`: the rule's row in the docs
+    table of rules.
+
+    Attributes:
+        id: The rule id (`--select`, `# tf-lso: ignore[id]`, reports).
+        severity: One of `SEVERITIES`.
+        section: The heading in docs/migration.md that explains it.
+        visits: The `ast` node classes whose nodes `visit` is called with.
+    """
+
+    id = None
+    severity = None
+    section = None
+    visits = ()
+
+    @property
+    def summary(self):
+        """The class docstring on one line (the docs table's row)."""
+        doc = type(self).__dict__.get("__doc__") or ""
+        return " ".join(doc.split()) or None
+
+    def visit(self, node, context):
+        """Reports what the rule finds at `node` (`context.report`).
+
+        Called once per node of a class in `visits`, in source order; a
+        rule sees every such node, also those another rule reported.
+
+        Returns:
+            None, or `SkipChildren` to keep the node's children from
+            every rule.
+        """
+        del node, context
+
+    def finish(self, context):
+        """Reports what needs the whole file; called after every `visit`."""
+        del context
+
+    #: Whether the rule rewrites what it finds (`fix`); its findings are
+    #: then `fixable` unless it says otherwise.
+    fixes = False
+
+    def fix(self, module, tree, cst):
+        """Rewrites a LibCST `module` (parsed from the same code as `tree`).
+
+        Returns:
+            The new module; the same one if there is nothing to change.
+        """
+        del tree, cst
+        return module
+
+    @property
+    def doc(self):
+        """Where docs/migration.md explains the rule."""
+        return f"docs/migration.md#{anchor(self.section)}"
+
+
+class AttributeRule(Rule):
+    """A rule that reports every use of an attribute `attribute`.
+
+    Attributes:
+        attribute: The attribute's name.
+        message: What the finding says.
+    """
+
+    attribute = None
+    message = None
+    visits = (ast.Attribute,)
+
+    def visit(self, node, context):
+        if node.attr == self.attribute:
+            context.report(node, self.id, self.message)
+
+
+# The table: rule id -> rule instance. `rules/` fills it on import.
+RULES = {}
+
+
+def register(rule_class):
+    """Class decorator: adds an instance of `rule_class` to `RULES`.
+
+    Raises:
+        ValueError: If its id is taken, or a required attribute is missing
+            or not one of the allowed values.
+    """
+    rule = rule_class()
+    missing = [name for name in ("id", "severity", "section", "summary")
+               if not isinstance(getattr(rule, name), str)]
+    if missing or rule.severity not in SEVERITIES:
+        raise ValueError(
+            f"{rule_class.__name__} needs the string attributes id, "
+            f"severity (one of {SEVERITIES}), section and summary. Missing "
+            f"or invalid: {missing or ['severity']}.")
+    if rule.id in RULES:
+        raise ValueError(f"A rule with id {rule.id!r} is registered already.")
+    RULES[rule.id] = rule
+    return rule_class
+
+
+def unregister(rule_id):
+    """Undoes `register` (for tests)."""
+    del RULES[rule_id]
+
+
+def anchor(heading):
+    """GitHub's anchor for a markdown heading.
+
+    >>> anchor("Old call → new call")
+    'old-call--new-call'
+    """
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def imported_names(tree):
+    """Local name -> canonical dotted name, for every import in `tree`."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = legacy_names.canonical(alias.name)
+                else:
+                    top = alias.name.split(".")[0]
+                    names[top] = legacy_names.canonical(top)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            module = legacy_names.canonical(node.module)
+            for alias in node.names:
+                if alias.name != "*":
+                    names[alias.asname or alias.name] = f"{module}.{alias.name}"
+    return names
+
+
+def dotted(node, names):
+    """The canonical dotted name an expression spells, and its base's, or None.
+
+    `tf.keras.mixed_precision.experimental.Policy` with `tf` imported gives
+    `("tf.keras.mixed_precision.experimental.Policy", "tf")`.
+    """
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in names:
+        return None
+    base = names[node.id]
+    return ".".join([base] + parts[::-1]), base
+
+
+def unprovided_aliases(tree, names):
+    """Local names of legacy modules that something unprovided is used through.
+
+    `mp.Bogus` with `mp` a legacy module and no tf_lso `Bogus`: rewriting
+    the import of `mp` to tf_lso's module would break `mp.Bogus` (or change
+    its error), so `--fix` leaves such an import, and `check` says why.
+
+    Args:
+        tree: The parsed module.
+        names: `imported_names(tree)`.
+
+    Returns:
+        A set of local names.
+    """
+    found = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)):
+            continue
+        base = names.get(node.value.id)
+        if (base in legacy_names.LEGACY_MODULES
+                and legacy_names.replacement(f"{base}.{node.attr}") is None):
+            found.add(node.value.id)
+    return found
+
+
+class Context:
+    """What a rule sees of the file being checked.
+
+    Attributes:
+        names: Local name -> canonical dotted name: the imports, and
+            assignments of such names seen so far in the walk.
+        classes: Class name -> `ast.ClassDef`, for every class in the file.
+        unprovided: `unprovided_aliases` of the file.
+        notes: Per-rule state for the file: `notes[rule.id]` is a dict.
+    """
+
+    def __init__(self, tree, report):
+        names = imported_names(tree)
+        self.names = dict(names)
+        self.classes = {node.name: node for node in ast.walk(tree)
+                        if isinstance(node, ast.ClassDef)}
+        self.unprovided = unprovided_aliases(tree, names)
+        self.notes = collections.defaultdict(dict)
+        self._report = report
+
+    def report(self, node, rule_id, message, fixable=None):
+        """Reports a finding of rule `rule_id` at `node`.
+
+        Args:
+            node: Where (its line and column).
+            rule_id: The rule's id.
+            message: What was found and what to do.
+            fixable: Whether `--fix` rewrites it; default: whether the rule
+                has a fix.
+        """
+        if fixable is None:
+            fixable = RULES[rule_id].fixes
+        self._report(node, rule_id, message, fixable)
+
+    def resolve(self, node):
+        """`dotted(node, self.names)`."""
+        return dotted(node, self.names)

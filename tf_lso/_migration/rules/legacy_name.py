@@ -1,0 +1,320 @@
+"""`legacy-name`: TF 2.1-2.4 mixed-precision names, and their rewrite.
+
+Reported wherever a legacy name is imported or spelled out (not at each
+use of a name imported from a legacy module: at its import). `--fix`
+rewrites each one that tf_lso provides (`legacy_names`) with LibCST,
+losslessly: only the legacy names, and the imports that bring them in,
+change. A name tf_lso does not provide is left, with the imports it is
+used through (`rule.unprovided_aliases`).
+"""
+
+import ast
+
+from tf_lso._migration import legacy_names
+from tf_lso._migration import rule
+
+EXPERIMENTAL_LSO = "tf_lso.experimental.LossScaleOptimizer"
+
+
+@rule.register
+class LegacyName(rule.Rule):
+    """a TF 2.1-2.4 mixed-precision name that TensorFlow 2.16+ no longer
+    has (or, for `tf.keras.mixed_precision.LossScaleOptimizer`, has with
+    Keras 3's different API); `--fix` rewrites it to tf_lso's where
+    tf_lso provides it"""
+
+    id, severity = "legacy-name", "error"
+    section = "Old call → new call"
+    visits = (ast.Import, ast.ImportFrom, ast.Attribute, ast.Name)
+    fixes = True
+
+    def visit(self, node, context):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                self._import(node, legacy_names.canonical(alias.name),
+                             context, local if alias.asname else None)
+        elif isinstance(node, ast.ImportFrom):
+            self._import_from(node, context)
+        elif isinstance(node, ast.Attribute) or isinstance(node.ctx,
+                                                           ast.Load):
+            if self._spelled_out(node, context):
+                return rule.SkipChildren
+        return None
+
+    def _spelled_out(self, node, context):
+        """Reports `node` if it spells a legacy name; True if it did."""
+        found = context.resolve(node)
+        if found is None:
+            return False
+        name, base = found
+        if not legacy_names.is_legacy(name):
+            return False
+        new = legacy_names.replacement(name)
+        if new is None:  # Inside a legacy module, not provided.
+            self._not_provided(node, name, context)
+            return True
+        if legacy_names.is_legacy(base):
+            return False  # Reported where the legacy base was imported.
+        context.report(node, self.id, _message(name, new))
+        return True
+
+    def _not_provided(self, node, name, context):
+        context.report(node, self.id, f"`{name}` no longer exists on "
+                       "TensorFlow 2.16+, and tf_lso does not provide it: "
+                       "replace it by hand (`--fix` leaves it).",
+                       fixable=False)
+
+    def _import_from(self, node, context):
+        if not node.module or node.level:
+            return
+        module = legacy_names.canonical(node.module)
+        if module in legacy_names.LEGACY_MODULES:
+            provided = [a for a in node.names
+                        if legacy_names.replacement(f"{module}.{a.name}")]
+            for alias in node.names:
+                if alias not in provided and alias.name != "*":
+                    self._not_provided(node, f"{module}.{alias.name}",
+                                       context)
+            if len(provided) == 1:
+                self._import(node, f"{module}.{provided[0].name}", context)
+            elif provided:
+                self._import(node, module, context)
+            return
+        for alias in node.names:
+            self._import(node, f"{module}.{alias.name}", context,
+                         alias.asname or alias.name)
+
+    def _import(self, node, name, context, local=None):
+        new = legacy_names.replacement(name)
+        if new is None:
+            return
+        message = _message(name, new)
+        fixable = local not in context.unprovided
+        if not fixable:
+            message += (f" `--fix` leaves this import: names that tf_lso "
+                         f"does not provide are used through `{local}`.")
+        context.report(node, self.id, message, fixable=fixable)
+
+    def fix(self, module, tree, cst):
+        """Rewrites every provided legacy name (and its imports) to tf_lso's."""
+        return _fix_module(module, tree, cst)
+
+
+def _message(name, new):
+    if name == "tf.keras.mixed_precision.LossScaleOptimizer":
+        return ("On TensorFlow 2.16+ `tf.keras.mixed_precision."
+                "LossScaleOptimizer` is Keras 3's class (no `dynamic`, no "
+                "`get_scaled_loss`); TF 2.4's is `tf_lso.LossScaleOptimizer`.")
+    return f"`{name}` no longer exists on TensorFlow 2.16+; use `{new}`."
+
+
+# -- The rewrite (LibCST) -----------------------------------------------------
+
+
+def _dotted(node, cst):
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def _moved_alias(alias, new, cst, keep_comma):
+    """`alias` importing `new`'s last part, bound to the same local name."""
+    parent, _, last = new.rpartition(".")
+    name = _dotted(alias.name, cst)
+    changes = {"name": cst.Name(last)}
+    if alias.asname is None and name != last:
+        changes["asname"] = cst.AsName(name=cst.Name(name))
+    if not keep_comma:
+        changes["comma"] = cst.MaybeSentinel.DEFAULT
+    return parent, alias.with_changes(**changes)
+
+
+def _transformer(cst, names, unprovided):
+    class Transformer(cst.CSTTransformer):
+        def __init__(self):
+            super().__init__()
+            self.replace = {}
+            self.needs_tf_lso = False
+            self.has_tf_lso = False
+            # Local names whose rewritten uses need `import tf_lso`.
+            self.heads = set()
+
+        def visit_Import(self, node):
+            return False
+
+        def visit_ImportFrom(self, node):
+            return False
+
+        def visit_Attribute(self, node):
+            text = _dotted(node, cst)
+            if text is None:
+                return True
+            head, _, rest = text.partition(".")
+            base = names.get(head)
+            if base is None or legacy_names.is_legacy(base):
+                return True
+            full = f"{base}.{rest}"
+            new = legacy_names.replacement(full)
+            if new is None:
+                # Inside a legacy module but not provided: left whole (its
+                # module prefix is not rewritten either).
+                return not legacy_names.is_legacy(full)
+            self.replace[node] = new
+            self.needs_tf_lso = True
+            self.heads.add(head)
+            return False
+
+        def leave_Attribute(self, original_node, updated_node):
+            if original_node in self.replace:
+                return cst.parse_expression(
+                    self.replace[original_node]
+                ).with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+            return updated_node
+
+        def leave_SimpleStatementLine(self, original_node, updated_node):
+            if len(updated_node.body) != 1:
+                return updated_node
+            statement = updated_node.body[0]
+            if isinstance(statement, cst.Import):
+                return self._import(updated_node, statement)
+            if (isinstance(statement, cst.ImportFrom)
+                    and not statement.relative and statement.module is not None
+                    and not isinstance(statement.names, cst.ImportStar)):
+                return self._import_from(updated_node, statement)
+            return updated_node
+
+        def _import(self, line, statement):
+            aliases = []
+            for alias in statement.names:
+                name = _dotted(alias.name, cst)
+                if name == "tf_lso":
+                    self.has_tf_lso = True
+                new = legacy_names.replacement(legacy_names.canonical(name))
+                local = None if alias.asname is None else (
+                    alias.asname.name.value)
+                if new is not None and local in unprovided:
+                    new = None
+                if new is not None and alias.asname is None:
+                    # `import tensorflow.keras...experimental` binds
+                    # `tensorflow`; keep that, and bind `tf_lso` for the
+                    # rewritten uses.
+                    self.has_tf_lso = True
+                    aliases.append(alias.with_changes(
+                        name=cst.Name(name.split(".")[0]),
+                        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
+                            " "))))
+                    alias = alias.with_changes(name=cst.parse_expression(new))
+                elif new is not None:
+                    alias = alias.with_changes(name=cst.parse_expression(new))
+                aliases.append(alias)
+            return line.with_changes(
+                body=[statement.with_changes(names=aliases)])
+
+        def _import_from(self, line, statement):
+            module = legacy_names.canonical(_dotted(statement.module, cst))
+            kept, moved = [], {}
+            for alias in statement.names:
+                name = _dotted(alias.name, cst)
+                local = (alias.asname.name.value if alias.asname is not None
+                         else name)
+                new = legacy_names.replacement(f"{module}.{name}")
+                if new is None or local in unprovided:
+                    kept.append(alias)
+                else:
+                    moved.setdefault(new.rpartition(".")[0], []).append(
+                        (alias, new))
+            if not moved:
+                return line
+            if not kept and len(moved) == 1:
+                # One new module for every name: only the names change, so
+                # parentheses, commas and comments stay as they were.
+                [(parent, pairs)] = moved.items()
+                return line.with_changes(body=[statement.with_changes(
+                    module=cst.parse_expression(parent),
+                    names=[_moved_alias(alias, new, cst, keep_comma=True)[1]
+                           for alias, new in pairs])])
+            new_lines = [
+                cst.SimpleStatementLine(body=[cst.ImportFrom(
+                    module=cst.parse_expression(parent),
+                    names=[_moved_alias(alias, new, cst, keep_comma=False)[1]
+                           for alias, new in pairs])])
+                for parent, pairs in moved.items()
+            ]
+            if kept:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                first = line.with_changes(body=[statement.with_changes(
+                    names=kept)])
+            else:
+                first = new_lines.pop(0).with_changes(
+                    leading_lines=line.leading_lines,
+                    trailing_whitespace=line.trailing_whitespace)
+            return cst.FlattenSentinel([first] + new_lines)
+
+    return Transformer()
+
+
+def _binds(statement, heads, cst):
+    """Whether `statement` (or a statement inside it) imports any of `heads`."""
+    found = []
+
+    class Imports(cst.CSTVisitor):
+        def visit_Import(self, node):
+            for alias in node.names:
+                local = (alias.asname.name.value if alias.asname is not None
+                         else _dotted(alias.name, cst).split(".")[0])
+                found.append(local)
+
+        def visit_ImportFrom(self, node):
+            if not isinstance(node.names, cst.ImportStar):
+                for alias in node.names:
+                    found.append(alias.asname.name.value if alias.asname
+                                 is not None else _dotted(alias.name, cst))
+
+    statement.visit(Imports())
+    return bool(heads.intersection(found))
+
+
+def _is_import(statement, cst):
+    return isinstance(statement, cst.SimpleStatementLine) and isinstance(
+        statement.body[0], (cst.Import, cst.ImportFrom))
+
+
+def _add_import(module, heads, cst):
+    """`module` with `import tf_lso` where the rewritten names can see it.
+
+    Right after the first top-level statement that imports one of `heads`
+    (the names the rewritten references start with): every use of those
+    comes after it. If they are imported only inside functions, after the
+    last top-level import (or the docstring).
+    """
+    body = list(module.body)
+    position = next((index + 1 for index, statement in enumerate(body)
+                     if _binds(statement, heads, cst)), None)
+    if position is None:
+        position = 0
+        for index, statement in enumerate(body):
+            if _is_import(statement, cst):
+                position = index + 1
+            elif position == 0 and index == 0 and isinstance(
+                    statement, cst.SimpleStatementLine) and isinstance(
+                    statement.body[0], cst.Expr) and isinstance(
+                    statement.body[0].value, cst.SimpleString):
+                position = 1  # After the module docstring.
+    body.insert(position, cst.parse_statement("import tf_lso\n"))
+    return module.with_changes(body=body)
+
+
+def _fix_module(module, tree, cst):
+    names = rule.imported_names(tree)
+    transformer = _transformer(cst, names,
+                               rule.unprovided_aliases(tree, names))
+    module = module.visit(transformer)
+    if transformer.needs_tf_lso and not transformer.has_tf_lso:
+        module = _add_import(module, transformer.heads, cst)
+    return module

@@ -1,0 +1,28 @@
+"""`policy-loss-scale`: `Policy(name, loss_scale=...)`, TF 2.1-2.3's policy."""
+
+import ast
+
+from tf_lso._migration import legacy_names
+from tf_lso._migration import rule
+
+
+@rule.register
+class PolicyLossScale(rule.Rule):
+    """`Policy(name, loss_scale=...)`: kept by
+    `tf_lso.experimental.Policy` (Keras 3's policies have no loss scale)"""
+
+    id, severity = "policy-loss-scale", "info"
+    section = "The legacy policy API"
+    visits = (ast.Call,)
+
+    def visit(self, node, context):
+        found = context.resolve(node.func)
+        if not found or legacy_names.behaviour(found[0]) != (
+                "tf_lso.experimental.Policy"):
+            return
+        if len(node.args) > 1 or any(k.arg == "loss_scale"
+                                     for k in node.keywords):
+            context.report(node, self.id, "A policy with a loss scale: "
+                           "`tf_lso.experimental.Policy` keeps it and "
+                           "`model.compile` wraps the optimizer, as in TF "
+                           "2.1-2.3; Keras 3's policies have no loss scale.")

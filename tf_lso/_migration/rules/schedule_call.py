@@ -1,0 +1,26 @@
+"""`schedule-call`: `opt.learning_rate(step)`, callable on tf_lso's only."""
+
+import ast
+
+from tf_lso._migration import rule
+
+
+@rule.register
+class ScheduleCall(rule.Rule):
+    """`opt.learning_rate(step)` / `opt.lr(step)`: callable on tf_lso's
+    optimizers only"""
+
+    id, severity = "schedule-call", "warning"
+    section = "Deliberate differences from TF 2.4"
+    visits = (ast.Call,)
+
+    def visit(self, node, context):
+        func = node.func
+        if (isinstance(func, ast.Attribute)
+                and func.attr in ("learning_rate", "lr")
+                and len(node.args) == 1):
+            context.report(node, self.id, f"`opt.{func.attr}(step)`: a Keras "
+                           "3 optimizer's learning rate is a value, not the "
+                           "schedule (\"object is not callable\"); tf_lso's "
+                           "optimizers keep it callable. On a bare optimizer "
+                           "call the schedule itself.")

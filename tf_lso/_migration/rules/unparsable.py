@@ -1,0 +1,16 @@
+"""`unparsable`: a file that could not be read or parsed; it was skipped.
+
+The checker reports it itself (`check.check_source`, `check.check_file`):
+there is no tree for a rule to visit.
+"""
+
+from tf_lso._migration import rule
+
+
+@rule.register
+class Unparsable(rule.Rule):
+    """a file that could not be read or parsed as Python 3; it was
+    skipped"""
+
+    id, severity = "unparsable", "error"
+    section = "Checking a code base"
