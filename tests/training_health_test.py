@@ -107,6 +107,28 @@ class OverflowRecordTest(tf.test.TestCase, parameterized.TestCase):
             read()
 
 
+class SkippedAtFloorTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(
+        ("eager", None), ("function", {}), ("jit", {"jit_compile": True}))
+    def test_counts_only_skips_taken_at_scale_one(self, mode):
+        variables = _variables()
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
+                                        initial_scale=2)
+
+        def step(grads):
+            opt.apply_gradients(zip(grads, variables))
+
+        if mode is not None:
+            step = tf.function(step, **mode)
+        counts = []
+        for bad in ("a", "a", "", "b"):  # Skipped at 2, 1, applied, 1.
+            step(_grads(bad=bad, value=NAN) if bad else _grads())
+            counts.append((float(opt.loss_scale),
+                           test_util.num(opt.skipped_steps_at_floor)))
+        self.assertEqual(counts, [(1.0, 0), (1.0, 1), (1.0, 1), (1.0, 2)])
+        self.assertEqual(test_util.num(opt.skipped_steps), 3)
+
+
 class MaxConsecutiveSkipsTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(
         ("v2_eager", "v2", False), ("v2_tf_function", "v2", True),

@@ -37,7 +37,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
             than K steps in a row were skipped, training stops
             (`model.stop_training`) at the end of that batch, with a message
             naming the variables whose gradients were not finite (also kept
-            in `stop_reason`). Reads two scalars after every batch.
+            in `stop_reason`). Reads the overflow record (a few scalars)
+            after every batch.
 
     Raises:
         ValueError: For an invalid `update_freq` or `max_consecutive_skips`,
@@ -90,8 +91,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
 
     def _log(self, logs):
         optimizer = self.model.optimizer
-        record = optimizer._overflow
-        floor_skips = training_health.host_int(record.floor_skips)
+        floor_skips = training_health.host_int(
+            optimizer.skipped_steps_at_floor)
         if (optimizer.dynamic and not self._warned_floor
                 and floor_skips > self._floor_skips_at_last_log):
             self._warned_floor = True
@@ -106,10 +107,11 @@ class LossScaleMonitor(keras.callbacks.Callback):
         self._floor_skips_at_last_log = floor_skips
         if logs is None:
             return
+        last = optimizer.last_overflow
         logs["loss_scale"] = float(optimizer.loss_scale)
         logs["skipped_steps"] = training_health.host_int(
             optimizer.skipped_steps)
-        logs["last_overflow_count"] = training_health.host_int(record.count)
+        logs["last_overflow_count"] = 0 if last is None else last.count
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         """Logs every `update_freq` batches; checks for a stuck run."""
@@ -120,16 +122,13 @@ class LossScaleMonitor(keras.callbacks.Callback):
 
     def _check_stuck(self):
         optimizer = self.model.optimizer
-        record = optimizer._overflow
-        consecutive = training_health.host_int(record.consecutive)
-        if consecutive <= self.max_consecutive_skips:
+        last = optimizer.last_overflow
+        if not training_health.is_stuck(
+                last, self.max_consecutive_skips,
+                training_health.host_int(optimizer.iterations)):
             return
-        # Still the current run of skips: nothing since the last one.
-        if (training_health.host_int(record.step) + 1
-                < training_health.host_int(optimizer.iterations)):
-            return
-        self.stop_reason = "Stopping training: " + record.stuck_message(
-            self.max_consecutive_skips, optimizer.last_overflow)
+        self.stop_reason = "Stopping training: " + (
+            training_health.stuck_message(self.max_consecutive_skips, last))
         print(self.stop_reason)
         self.model.stop_training = True
 

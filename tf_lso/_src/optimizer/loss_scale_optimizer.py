@@ -176,6 +176,18 @@ class LossScaleOptimizer(
         return self._step.skipped_steps
 
     @property
+    def skipped_steps_at_floor(self) -> tf.Variable:
+        """The int64 number of steps skipped with the loss scale at 1 or below.
+
+        At that floor backing off cannot help: the gradients overflow
+        without any scaling (`LossScaleMonitor` warns when it grows). A
+        step skipped at a higher scale, which halves it to 1, does not
+        count. A tf_lso addition, not saved in checkpoints, like
+        `skipped_steps`.
+        """
+        return self._overflow.floor_skips
+
+    @property
     def last_overflow(self) -> training_health.Overflow | None:
         """The last step skipped for non-finite gradients, or None. Eager only.
 

@@ -55,11 +55,11 @@ def host_int(variable):
     return int(variable.numpy())
 
 
-def stuck_message(limit, consecutive, step, count, names, join=None):
-    """Why a run of skipped steps stops training: one sentence and remedies.
+def _stuck_parts(limit, consecutive, step, count, names):
+    """The stuck-run message, in parts: the one place it is worded.
 
-    The values may be Python values, or tensors inside a `tf.function`,
-    where `join` (`tf.strings.join`) builds the message as a string tensor.
+    Values in it may be Python values (`stuck_message`) or tensors inside
+    a `tf.function` (`OverflowRecord.check` joins them there).
 
     Args:
         limit: The `max_consecutive_skips` that was exceeded.
@@ -67,18 +67,41 @@ def stuck_message(limit, consecutive, step, count, names, join=None):
         step: The last skipped step.
         count: How many gradients were not finite at that step.
         names: The (up to 8) names of their variables, joined by ", ".
-        join: None for a Python string; else `tf.strings.join`.
     """
-    parts = [
+    return [
         consecutive, " steps in a row were skipped for non-finite gradients "
         f"(more than max_consecutive_skips={limit}): training cannot make "
         "progress. At step ", step, ", ", count, " gradient(s) were not "
         "finite, for: ", names, f". {REMEDIES}",
     ]
-    if join is None:
-        return "".join(str(part) for part in parts)
-    return join([part if isinstance(part, str) or part.dtype == tf.string
-                 else tf.strings.as_string(part) for part in parts])
+
+
+def stuck_message(limit, overflow):
+    """Why a run of skipped steps stops training: one sentence and remedies.
+
+    Args:
+        limit: The `max_consecutive_skips` that was exceeded.
+        overflow: The last skipped step, an `Overflow`.
+    """
+    return "".join(str(part) for part in _stuck_parts(
+        limit, overflow.consecutive_skips, overflow.step, overflow.count,
+        ", ".join(overflow.variables)))
+
+
+def is_stuck(overflow, limit, iterations=None):
+    """Whether the run of skipped steps that `overflow` ends is too long.
+
+    The one test of a stuck run: more than `limit` steps skipped in a row.
+
+    Args:
+        overflow: The last skipped step (`Overflow`), or None.
+        limit: `max_consecutive_skips`.
+        iterations: The optimizer's step counter now, if asked after the
+            fact: the run must still be going on (no step since `overflow`).
+    """
+    if overflow is None or overflow.consecutive_skips <= limit:
+        return False
+    return iterations is None or overflow.step + 1 >= iterations
 
 
 class OverflowRecord(tf.Module):
@@ -182,25 +205,22 @@ class OverflowRecord(tf.Module):
         if limit is None:
             return
         if tf.executing_eagerly():
-            if int(consecutive) > limit:
-                raise RuntimeError(self.stuck_message(limit, self.last()))
+            overflow = self.last()
+            if is_stuck(overflow, limit):
+                raise RuntimeError(stuck_message(limit, overflow))
             return
         if compat.in_xla_context():
             return
         names = tf.constant(self._names[names_id])
         offending = tf.gather(
             names, tf.boolean_mask(self.indices, self.indices >= 0))
-        message = stuck_message(
+        parts = _stuck_parts(
             limit, consecutive, self.step, self.count,
-            tf.strings.reduce_join(offending, separator=", "),
-            join=tf.strings.join)
+            tf.strings.reduce_join(offending, separator=", "))
+        message = tf.strings.join([
+            part if isinstance(part, str) or part.dtype == tf.string
+            else tf.strings.as_string(part) for part in parts])
         tf.debugging.Assert(consecutive <= limit, [message])
-
-    @staticmethod
-    def stuck_message(limit, overflow):
-        """`stuck_message` for an `Overflow` (the record read eagerly)."""
-        return stuck_message(limit, overflow.consecutive_skips, overflow.step,
-                             overflow.count, ", ".join(overflow.variables))
 
     def last(self):
         """The last skipped step as an `Overflow`, or None. Eager only.
