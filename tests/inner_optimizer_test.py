@@ -11,6 +11,7 @@ from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.inner.kinds import keras_optimizer
 from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
+from tf_lso._src.scaling import tensor_like
 
 import test_util
 
@@ -23,7 +24,8 @@ class InterfaceTest(tf.test.TestCase, parameterized.TestCase):
     def test_inner_optimizers_and_loss_scales_are_abstract_base_classes(self):
         # One interface style for both hierarchies: abstract methods that a
         # kind (a loss scale) must implement, defaults it inherits.
-        for base in (inner_lib.InnerOptimizer, loss_scale_lib.LossScale):
+        for base in (inner_lib.InnerOptimizer, loss_scale_lib.LossScale,
+                     tensor_like.TensorLike):
             self.assertIsInstance(base, abc.ABCMeta)
             self.assertTrue(base.__abstractmethods__, base)
         for kind in inner_lib.kinds():
@@ -357,13 +359,16 @@ class NewKindTest(tf.test.TestCase, parameterized.TestCase):
         inner_lib.register(ToyKind)
         self.addCleanup(inner_lib.unregister, ToyKind)
 
-    def test_unregistered_it_is_refused(self):
+    def test_unregistered_it_is_refused_and_registered_it_is_listed(self):
         inner_lib.unregister(ToyKind)
         try:
             with self.assertRaisesRegex(TypeError, "must be an instance of"):
                 tf_lso.LossScaleOptimizer(ToyOptimizer(0.5))
         finally:
             inner_lib.register(ToyKind)
+        with self.assertRaisesRegex(TypeError, r"legacy optimizer\) or "
+                                    r"ToyKind, but got: 1 of type int"):
+            tf_lso.LossScaleOptimizer(1)
 
     @test_util.EAGER_AND_FUNCTION
     def test_trains_skips_and_round_trips(self, use_tf_function):

@@ -40,6 +40,9 @@ class InnerOptimizer(abc.ABC):
         optimizer: The optimizer to wrap, of the subclass's kind.
     """
 
+    #: What the kind accepts, for the error that lists every kind.
+    description: typing.ClassVar[str | None] = None
+
     #: Whether configs that no other kind reads are this kind's: the kind
     #: of last resort for `deserialize` (Keras 3 optimizers, whose configs
     #: include TF 2.x's without a module). At most one kind sets it.
@@ -332,11 +335,10 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
         )
     kind = kind_of(optimizer)
     if kind is None:
+        accepted = [k.description or k.__name__ for k in reversed(kinds())]
         raise TypeError(
             f'"{argument_name}" must be an instance of '
-            "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer), or of a "
-            "tf_keras optimizer (`tf_keras.optimizers.Optimizer` or "
-            "`tf_keras.optimizers.legacy.Optimizer`), but got: "
+            f"{', '.join(accepted[:-1])} or {accepted[-1]}, but got: "
             f"{optimizer!r} of type {type(optimizer).__name__}."
         )
     # Only optimizers are looked up: not every object is hashable.

@@ -6,13 +6,14 @@ with a schedule (TF 2.x code calls it with a step, Keras 3 code uses it as a
 value) are both: callable, and readable as their current value.
 """
 
+import abc
 import operator
 
 import numpy as np
 import tensorflow as tf
 
 
-class TensorLike:
+class TensorLike(abc.ABC):
     """Mixin: reads as the float32 scalar tensor that `_value()` returns.
 
     `tf.convert_to_tensor`, `float`, `.numpy()`, `np.asarray`, arithmetic,
@@ -23,8 +24,9 @@ class TensorLike:
     dtype = tf.float32
     shape = tf.TensorShape([])
 
+    @abc.abstractmethod
     def _value(self):
-        raise NotImplementedError
+        """The current value, a float32 scalar tensor."""
 
     def numpy(self):
         """Returns the current value as a NumPy float32 scalar."""

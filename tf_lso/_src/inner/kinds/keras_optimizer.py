@@ -22,6 +22,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
     restored by `build`.
     """
 
+    description = "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer)"
     reads_other_configs = True
 
     def __init__(self, optimizer):

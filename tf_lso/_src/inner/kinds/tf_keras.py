@@ -60,6 +60,8 @@ def _tf_keras_optimizers():
 class TfKerasInner(_TfKerasKind):
     """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
 
+    description = "`tf_keras.optimizers.Optimizer` (a tf_keras optimizer)"
+
     @classmethod
     def accepts(cls, optimizer):
         optimizers = _tf_keras_optimizers()
@@ -89,6 +91,9 @@ class TfKerasInner(_TfKerasKind):
 @inner_optimizer.register
 class TfKerasLegacyInner(_TfKerasKind):
     """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
+
+    description = ("`tf_keras.optimizers.legacy.Optimizer` (a tf_keras legacy "
+                   "optimizer)")
 
     @classmethod
     def accepts(cls, optimizer):
