@@ -1,6 +1,7 @@
 """Tests for tf_lso._src.inner.inner_optimizer and its kinds: what can be wrapped."""
 
 import abc
+import pathlib
 
 import keras
 import tensorflow as tf
@@ -349,6 +350,14 @@ class ToyKind(inner_lib.InnerOptimizer):
     def serialize(self):
         return {"class_name": "ToyOptimizer",
                 "config": self.optimizer.get_config()}
+
+
+def test_every_kind_has_a_row_in_the_architecture_page():
+    page = (pathlib.Path(__file__).parents[1] / "docs"
+            / "architecture.md").read_text()
+    for kind in inner_lib.kinds():
+        module = kind.__module__.replace("tf_lso._src.", "").replace(".", "/")
+        assert f"| `{kind.__name__}` | `{module}.py` |" in page, kind
 
 
 class NewKindTest(tf.test.TestCase, parameterized.TestCase):

@@ -163,3 +163,17 @@ def test_only_legacy_api_reads_the_migration_table():
         if any(t.startswith("tf_lso._migration") for t in targets) and (
                 module.startswith("tf_lso._src")):
             assert layer(module) == LAYERS.index("legacy_api"), module
+
+
+def test_the_architecture_page_maps_every_module():
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    folder_map = page[page.index("## Folder map"):page.index("## What a")]
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).parts
+        if path.name == "__init__.py" or "kinds" in parts or (
+                "rules" in parts):
+            continue  # Kinds and rules have tables of their own.
+        assert path.name in folder_map, path
+    for folder in ("gradients", "scaling", "inner", "kinds", "optimizer",
+                   "legacy_api", "_migration", "rules"):
+        assert f"{folder}/" in folder_map, folder

@@ -7,7 +7,7 @@ validated its arguments and packed the unscaled gradients:
                        that the check sees what it applies
     check              the loss scale's update: one finite check, the new
                        scale and counter
-    cond(apply, skip)  on every replica alike (`distribute`)
+    cond(apply, skip)  on every replica alike (`replicas`)
 
 On a skipped step no variable or slot changes: the inner optimizer only
 counts the step, `skipped_steps` grows by one and the overflow record is
@@ -47,7 +47,7 @@ class ApplyStep(tf.Module):
         """Runs the step.
 
         Args:
-            packed: The unscaled gradients, a `gradients.Packed`.
+            packed: The unscaled gradients, a `packing.Packed`.
             var_list: Their variables, in the same order.
             name: Passed to tf_keras inner optimizers.
             aggregate: Whether the gradients still need summing over

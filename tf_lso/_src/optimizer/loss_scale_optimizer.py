@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
-from tf_lso._src.inner import forwarding as inner_forwarding
+from tf_lso._src.inner import forwarding
 from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.optimizer import apply_step
 from tf_lso._src.optimizer import checkpointing
@@ -26,7 +26,7 @@ from tf_lso._src.scaling import loss_scale as loss_scale_lib
 @keras.saving.register_keras_serializable(package="tf_lso")
 class LossScaleOptimizer(
     checkpointing.LayoutCheckpointing,
-    inner_forwarding.InnerOptimizerForwarding,
+    forwarding.InnerOptimizerForwarding,
     keras.optimizers.LossScaleOptimizer,
 ):
     """An optimizer that applies loss scaling to prevent numeric underflow.
@@ -396,7 +396,7 @@ class LossScaleOptimizer(
         # Variables cannot be created inside the cond below.
         replicas.create_variables(self._inner.build, var_list)
         self._inner.check_variables(var_list)
-        # Small gradients travel stacked (see gradients.Packed): one op
+        # Small gradients travel stacked (see packing.Packed): one op
         # unscales or checks many of them, and the cond gets few inputs.
         # The TF 2.x protocol's get_unscaled_gradients packed them already.
         packed = None if scaled else self._handed_out.take(grads)

@@ -19,7 +19,7 @@ from tf_lso._src.scaling import tensor_like
 from tf_lso._src.scaling import validation
 
 # The defaults of TF's DynamicLossScale and of TF 2.4's optimizer arguments;
-# `optimizer_config` uses them too.
+# `optimizer.settings` and `compile_hook` use them too.
 DEFAULT_INITIAL_SCALE = 2**15
 DEFAULT_GROWTH_STEPS = 2000
 
@@ -87,7 +87,7 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
         """Returns the constructor arguments of this loss scale as a dict."""
 
     def _update_packed(self, packed, window_end=None):
-        """`update` for gradients the optimizer packed (`gradients.Packed`).
+        """`update` for gradients the optimizer packed (`packing.Packed`).
 
         A user's subclass sees the gradients as they are; tf_lso's own loss
         scales only ask whether they are finite, which the packed values
