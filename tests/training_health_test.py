@@ -28,6 +28,18 @@ def _grads(bad=(), value=INF):
     return grads
 
 
+def _train_step(opt, variables, mode):
+    """`opt.apply_gradients` of grads for `variables`: eagerly, or traced
+    (`mode`: {"tf_function": True, "jit_compile": ...})."""
+
+    def step(grads):
+        opt.apply_gradients(zip(grads, variables))
+
+    if mode:
+        step = tf.function(step, jit_compile=mode.get("jit_compile"))
+    return step
+
+
 class OverflowRecordTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(
         ("eager", {}), ("tf_function", {"tf_function": True}),
@@ -38,11 +50,7 @@ class OverflowRecordTest(tf.test.TestCase, parameterized.TestCase):
         opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
                                         initial_scale=8)
 
-        def step(grads):
-            opt.apply_gradients(zip(grads, variables))
-
-        if mode:
-            step = tf.function(step, jit_compile=mode.get("jit_compile"))
+        step = _train_step(opt, variables, mode)
         self.assertIsNone(opt.last_overflow)
         step(_grads(bad="ac", value=NAN))
         self.assertEqual(opt.last_overflow,
@@ -109,17 +117,14 @@ class OverflowRecordTest(tf.test.TestCase, parameterized.TestCase):
 
 class SkippedAtFloorTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(
-        ("eager", None), ("function", {}), ("jit", {"jit_compile": True}))
+        ("eager", {}), ("tf_function", {"tf_function": True}),
+        ("jit", {"tf_function": True, "jit_compile": True}),
+    )
     def test_counts_only_skips_taken_at_scale_one(self, mode):
         variables = _variables()
         opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
                                         initial_scale=2)
-
-        def step(grads):
-            opt.apply_gradients(zip(grads, variables))
-
-        if mode is not None:
-            step = tf.function(step, **mode)
+        step = _train_step(opt, variables, mode)
         counts = []
         for bad in ("a", "a", "", "b"):  # Skipped at 2, 1, applied, 1.
             step(_grads(bad=bad, value=NAN) if bad else _grads())
