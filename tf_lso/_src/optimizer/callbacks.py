@@ -37,8 +37,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
             than K steps in a row were skipped, training stops
             (`model.stop_training`) at the end of that batch, with a message
             naming the variables whose gradients were not finite (also kept
-            in `stop_reason`). Reads the overflow record (a few scalars)
-            after every batch.
+            in `stop_reason`). Reads one scalar after every batch (the
+            overflow record too, after a batch that skipped a step).
 
     Raises:
         ValueError: For an invalid `update_freq` or `max_consecutive_skips`,
@@ -77,9 +77,12 @@ class LossScaleMonitor(keras.callbacks.Callback):
         self.stop_reason = None
         self._warned_floor = False
         self._floor_skips_at_last_log = 0
+        # `skipped_steps` at the last stuck check (None: check in full).
+        self._skipped_at_last_check = None
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         """Checks that the model's optimizer is a tf_lso optimizer."""
+        self._skipped_at_last_check = None
         optimizer = getattr(self.model, "optimizer", None)
         if not hasattr(optimizer, "skipped_steps"):
             raise ValueError(
@@ -122,6 +125,10 @@ class LossScaleMonitor(keras.callbacks.Callback):
 
     def _check_stuck(self):
         optimizer = self.model.optimizer
+        skipped = training_health.host_int(optimizer.skipped_steps)
+        if skipped == self._skipped_at_last_check:
+            return  # No step skipped since a check that found none stuck.
+        self._skipped_at_last_check = skipped
         last = optimizer.last_overflow
         if not training_health.is_stuck(
                 last, self.max_consecutive_skips,
