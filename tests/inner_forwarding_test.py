@@ -197,6 +197,14 @@ class LearningRateScheduleTest(tf.test.TestCase):
         self.assertEqual(opt.learning_rate.get_config(), schedule.get_config())
         self.assertEqual(opt.learning_rate.initial_learning_rate, 1.0)
 
+    def test_only_the_schedules_public_attributes_read_through(self):
+        _, opt = self._optimizer()
+        for name in ("no_such_attribute", "_private_state"):
+            with self.assertRaisesRegex(
+                    AttributeError, "'ScheduledLearningRate' object has no "
+                    f"attribute '{name}'.*schedule ExponentialDecay"):
+                getattr(opt.learning_rate, name)
+
     def test_used_as_the_current_value_as_keras3_code_does(self):
         _, opt = self._optimizer()
         opt.apply_gradients([(tf.constant(1.0), tf.Variable(1.0))])

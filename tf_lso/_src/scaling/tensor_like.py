@@ -92,7 +92,7 @@ class ScheduledLearningRate(TensorLike):
     value. This object is both: called with a step it returns the schedule's
     value at that step; used as a tensor it is the current learning rate.
     The schedule's public attributes (`get_config`, `initial_learning_rate`,
-    ...) are read through, by a list made when it is wrapped.
+    ...) are read through, by a list of its public names.
 
     Args:
         schedule: The `LearningRateSchedule` (or callable) of the optimizer.
@@ -102,9 +102,6 @@ class ScheduledLearningRate(TensorLike):
     def __init__(self, schedule, current):
         self._schedule = schedule
         self._current = current
-        # What reads through to the schedule, fixed here.
-        self._forwarded = frozenset(
-            name for name in dir(schedule) if not name.startswith("_"))
 
     @property
     def schedule(self):
@@ -119,14 +116,17 @@ class ScheduledLearningRate(TensorLike):
         return tf.convert_to_tensor(self._current(), tf.float32)
 
     def __getattr__(self, name):
-        # Only reached when normal lookup fails.
-        if name in self.__dict__.get("_forwarded", ()):
-            return getattr(self._schedule, name)
+        # Only reached when normal lookup fails. The schedule's public
+        # names are listed here, not in __init__: a new object is made on
+        # every `opt.learning_rate` read.
+        schedule = self.__dict__.get("_schedule")
+        if (schedule is not None and not name.startswith("_")
+                and name in dir(schedule)):
+            return getattr(schedule, name)
         raise AttributeError(
             f"'{type(self).__name__}' object has no attribute '{name}'. It "
             f"reads through the public attributes of its schedule "
-            f"{type(self.__dict__.get('_schedule')).__name__}; this is not "
-            "one of them."
+            f"{type(schedule).__name__}; this is not one of them."
         )
 
     def __repr__(self):
