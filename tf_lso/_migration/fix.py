@@ -33,11 +33,19 @@ def _libcst():
 
 
 def _fix_module(module, tree, cst):
-    """`module` after the fix of every rule that has one, in turn."""
+    """`module` after the fix of every rule that has one, in turn.
+
+    Each fix gets the tree of the code it rewrites: after a fix that changed
+    the code, it is parsed again before the next fix (never after the last).
+    """
     for rule in rules.RULES.values():
-        if rule.fixes:
-            module = rule.fix(module, tree, cst)
+        if not rule.fixes:
+            continue
+        if tree is None:
             tree = ast.parse(module.code)
+        fixed = rule.fix(module, tree, cst)
+        if fixed is not module:
+            module, tree = fixed, None
     return module
 
 
