@@ -184,6 +184,13 @@ class LossScaleOptimizer(
         step skipped at a higher scale, which halves it to 1, does not
         count. A tf_lso addition, not saved in checkpoints, like
         `skipped_steps`.
+
+        >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(1.0),
+        ...                                 initial_scale=1)
+        >>> var = tf.Variable(1.0)
+        >>> _ = opt.apply_gradients([(tf.constant(float("inf")), var)])
+        >>> int(opt.skipped_steps_at_floor.numpy()), float(opt.loss_scale)
+        (1, 1.0)
         """
         return self._overflow.floor_skips
 
