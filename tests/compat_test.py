@@ -4,6 +4,7 @@ Each private hook has a test here that fails when a TF/Keras release moves it.
 """
 
 import builtins
+import inspect
 import sys
 
 import keras
@@ -270,3 +271,13 @@ def test_legacy_hyperparameter_names_hook():
     names = compat.legacy_hyperparameter_names(optimizer)
     assert {"learning_rate", "decay", "beta_1", "beta_2"} <= names
     assert "epsilon" not in names and "amsgrad" not in names
+
+
+def test_keras_compile_owner_hook():
+    # load_model compiles a loaded model only if its class's `compile` is
+    # this class's (Trainer.compile_from_config).
+    owner = compat.keras_compile_owner()
+    assert keras.Model.compile is vars(owner)["compile"]
+    assert issubclass(keras.Model, owner)
+    assert f"{owner.__name__}.compile" in inspect.getsource(
+        owner.compile_from_config)

@@ -3,13 +3,16 @@
 import importlib
 import subprocess
 import sys
+import warnings
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_lso
 from tf_lso import __main__ as cli
+from tf_lso._src import compat
 from tf_lso._src.legacy_api import install as install_lib
 
 KERAS_LSO = keras.optimizers.LossScaleOptimizer
@@ -28,7 +31,7 @@ def _snapshot():
         dict(vars(tf.train.experimental)),
         dict(vars(tf.keras.mixed_precision)),
         {k: v for k, v in sys.modules.items() if "mixed_precision" in k},
-        vars(keras.Model).get("compile"),
+        vars(compat.keras_compile_owner()).get("compile"),
     )
 
 
@@ -178,3 +181,86 @@ def test_run_command_needs_a_script(capsys):
     with pytest.raises(SystemExit):
         cli.main(["run"])
     assert "script" in capsys.readouterr().err
+
+
+# A `.keras` file saved from a compiled model, loaded under install() (in this
+# process, or in a script run by `python -m tf_lso run`), trains on exactly
+# as the model that was never saved.
+_RESUME_SCRIPT = """
+import sys
+import keras
+import numpy as np
+path, out, policy = sys.argv[1:]
+keras.mixed_precision.set_global_policy(policy)
+data = np.load(path + ".data.npz")
+model = keras.models.load_model(path)
+model.fit(data["x"], data["y"], batch_size=8, shuffle=False, verbose=0)
+np.savez(out, *[np.asarray(v) for v in model.optimizer.variables],
+         *[np.asarray(w) for w in model.weights],
+         loss_scale=np.asarray(model.optimizer.loss_scale)
+         if hasattr(model.optimizer, "loss_scale") else np.float32(0))
+"""
+
+
+def _resume_data():
+    rng = np.random.default_rng(3)
+    return (rng.normal(size=(32, 3)).astype("float32") * 1e3,
+            rng.normal(size=(32, 2)).astype("float32"))
+
+
+def _compiled_model(policy):
+    keras.mixed_precision.set_global_policy(policy)
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4),
+                              keras.layers.Dense(2)])
+    model.compile(keras.optimizers.Adam(0.01), "mse")
+    return model
+
+
+def _state(model):
+    opt = model.optimizer
+    return ([np.asarray(v) for v in opt.variables]
+            + [np.asarray(w) for w in model.weights],
+            float(opt.loss_scale) if hasattr(opt, "loss_scale") else 0.0)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_load_model_under_install_resumes_training(tmp_path, policy):
+    x, y = _resume_data()
+    tf_lso.install()
+    model = _compiled_model(policy)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)  # Never saved.
+    expected_vars, expected_scale = _state(model)
+    if policy == "mixed_float16":
+        assert isinstance(model.optimizer, tf_lso.LossScaleOptimizer)
+        # The first batches overflow: the run tests a restored loss scale.
+        assert int(model.optimizer.skipped_steps) > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # "compile() was not..."
+        loaded = keras.models.load_model(path)
+    assert type(loaded.optimizer) is type(model.optimizer)
+    loaded.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    got_vars, got_scale = _state(loaded)
+    assert got_scale == expected_scale
+    assert len(got_vars) == len(expected_vars)
+    for got, expected in zip(got_vars, expected_vars):
+        np.testing.assert_array_equal(got, expected)
+
+    # The same file, resumed by a script under `python -m tf_lso run`.
+    np.savez(path + ".data.npz", x=x, y=y)
+    script = tmp_path / "resume.py"
+    script.write_text(_RESUME_SCRIPT)
+    out = str(tmp_path / "resumed.npz")
+    done = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning:keras", "-m", "tf_lso",
+         "run", str(script), path, out, policy],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with np.load(out) as resumed:
+        assert float(resumed["loss_scale"]) == expected_scale
+        arrays = [resumed[f"arr_{i}"] for i in range(len(expected_vars))]
+    for got, expected in zip(arrays, expected_vars):
+        np.testing.assert_array_equal(got, expected)

@@ -353,3 +353,24 @@ def keras_apply_without_all_reduce(optimizer, grads_and_vars):
             if not state["_tf_lso_no_all_reduce"]:
                 del state["_tf_lso_no_all_reduce"]
                 del state["_all_reduce_sum_gradients"]
+
+
+def keras_compile_owner():
+    """The class whose `compile` Keras 3 compares a loaded model's against.
+
+    Private: `keras.src.trainers.trainer.Trainer` (Keras 3.8 to 3.15).
+    `Trainer.compile_from_config`, which `load_model` calls, compiles a
+    loaded model only if `type(model).compile == Trainer.compile`; a hook on
+    `keras.Model` would make every loaded model look custom and come back
+    without its optimizer. Hooking `Trainer.compile` itself keeps the test
+    true for every model that does not define its own `compile`.
+    """
+    from keras.src.trainers import trainer
+
+    owner = trainer.Trainer
+    if "compile" not in vars(owner) or "compile_from_config" not in vars(owner):
+        raise NotImplementedError(
+            "tf_lso's compile hook needs Keras 3's Trainer.compile, which this "
+            "Keras version does not define."
+        )
+    return owner

@@ -4,6 +4,9 @@ TF 2.1-2.3 wrapped the optimizer given to `compile` when the model's dtype
 policy carried a loss scale, TF 2.4 when the policy was `'mixed_float16'`.
 Keras 3 wraps in its own `LossScaleOptimizer`. While the hook is enabled,
 `keras.Model.compile` first asks `compile_optimizer` which optimizer to use.
+The hook sits on the class that defines `compile` (Keras's `Trainer`), so
+that `load_model` still sees an ordinary `compile` and compiles the models it
+loads (with their optimizer state).
 
 Two switches, both explicit:
 
@@ -22,6 +25,7 @@ import functools
 
 import keras
 
+from tf_lso._src import compat
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 from tf_lso._src.optimizer import loss_scale_optimizer as v2
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
@@ -52,7 +56,8 @@ def enable(*, wrap_mixed_float16: bool | None = None) -> None:
     """
     if wrap_mixed_float16 is not None:
         _switch["wrap_mixed_float16"] = bool(wrap_mixed_float16)
-    original = keras.Model.compile
+    owner = compat.keras_compile_owner()
+    original = vars(owner)["compile"]
     if getattr(original, "_tf_lso_original", None) is not None:
         return
 
@@ -68,19 +73,22 @@ def enable(*, wrap_mixed_float16: bool | None = None) -> None:
         return original(self, optimizer, *args, **kwargs)
 
     compile._tf_lso_original = original
-    keras.Model.compile = compile
+    owner.compile = compile
 
 
 def disable() -> None:
     """Restores `keras.Model.compile` as Keras defines it; wrapping stops."""
     _switch["wrap_mixed_float16"] = False
-    if is_enabled():
-        del keras.Model.compile
+    owner = compat.keras_compile_owner()
+    original = getattr(vars(owner)["compile"], "_tf_lso_original", None)
+    if original is not None:
+        owner.compile = original
 
 
 def is_enabled() -> bool:
     """Whether `keras.Model.compile` is the hook."""
-    return getattr(keras.Model.compile, "_tf_lso_original", None) is not None
+    owner = compat.keras_compile_owner()
+    return getattr(vars(owner)["compile"], "_tf_lso_original", None) is not None
 
 
 def compile_optimizer(model, optimizer, auto_scale_loss=True):
