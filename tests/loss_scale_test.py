@@ -358,6 +358,19 @@ class GraphModeTest(tf.test.TestCase):
         self.assertEqual(trajectory,
                          [(4.0, True), (8.0, True), (4.0, False), (8.0, True)])
 
+    def test_should_apply_depends_on_the_gradients_only(self):
+        # TF 2.4: `should_apply` can be evaluated before the loss scale's
+        # variables are initialized (it reads no variable).
+        with tf.Graph().as_default():
+            loss_scale = DynamicLossScale(2, 1)
+            grad = tf.compat.v1.placeholder(tf.float32, [])
+            update_op, should_apply = loss_scale.update([grad])
+            with tf.compat.v1.Session() as session:
+                self.assertTrue(session.run(should_apply, {grad: 1.0}))
+                self.assertFalse(session.run(should_apply, {grad: NAN}))
+                session.run(tf.compat.v1.global_variables_initializer())
+                self.assertEqual(session.run(update_op, {grad: 1.0}), 4.0)
+
     def test_corrupt_scale_fails_the_session_run(self):
         with tf.Graph().as_default():
             loss_scale = DynamicLossScale(2, 1)

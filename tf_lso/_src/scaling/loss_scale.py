@@ -311,7 +311,12 @@ class DynamicLossScale(LossScale):
             a bool scalar tensor, True iff all gradients on all replicas are
             finite.
         """
-        return self._update_state(replicas.all_finite(grads))
+        is_finite = replicas.all_finite(grads)
+        # TF 2.4's `should_apply` reads no variable (in a tf.compat.v1 graph
+        # it runs before the variables are initialized). The check of the
+        # scale itself is part of the update op.
+        update_op, _ = self._update_state(is_finite)
+        return update_op, is_finite
 
     def _update_packed(self, packed, window_end=None):
         return self._update_state(replicas.all_finite(packed), window_end)
