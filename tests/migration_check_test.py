@@ -191,11 +191,11 @@ def test_cli_text_report_and_exit_status(tmp_path, capsys):
     assert out[0] == (
         f"{path}:2:7: error legacy-name: `tf.keras.mixed_precision."
         "experimental.LossScaleOptimizer` no longer exists on TensorFlow "
-        "2.16+; use `tf_lso.experimental.LossScaleOptimizer`. See "
-        "docs/migration.md#old-call--new-call")
+        "2.16+; use `tf_lso.experimental.LossScaleOptimizer`.")
     assert out[1].startswith(f"{path}:3:7: info loss-scale-call: ")
     assert out[2] == ("1 file checked: 1 error(s), 0 warning(s), 1 info; "
-                      "1 fixable with --fix.")
+                      "1 fixable with --fix. `python -m tf_lso rule ID` "
+                      "explains a rule.")
     assert cli.main(["check", str(path), "--fail-on", "never"]) == 0
 
 
@@ -224,8 +224,7 @@ def test_cli_json(capsys):
     assert first == {
         "path": str(SNIPPETS / "notebook.ipynb"), "cell": 2, "line": 2,
         "column": 7, "rule": "legacy-name", "severity": "error",
-        "fixable": False, "doc": "docs/migration.md#old-call--new-call",
-        "message": first["message"],
+        "fixable": False, "message": first["message"],
     }
     assert [f["rule"] for f in report["findings"]].count("unparsable") == 1
 
@@ -394,3 +393,280 @@ def test_cli_sarif(tmp_path, capsys):
     assert uri == path.as_posix()
     assert run["results"][0]["message"]["text"].startswith(
         "`tf.keras.mixed_precision.experimental.LossScaleOptimizer`")
+
+
+# -- Input it takes calmly (issue 42) --------------------------------------
+
+def test_a_named_file_that_is_not_python_is_skipped_with_a_notice(
+        tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Not Python: tf.keras.mixed_precision.experimental\n")
+    script = tmp_path / "tool"  # A script without a suffix, with a shebang.
+    script.write_text("#!/usr/bin/env python3\nimport tensorflow as tf\n"
+                      "tf.train.experimental.FixedLossScale(8)\n")
+    assert cli.main(["check", str(readme)]) == 0
+    out, err = capsys.readouterr()
+    assert err == (f"{readme}: skipped: not a Python file or notebook\n"
+                   "warning: no Python files or notebooks found\n")
+    assert out == ("0 files checked: 0 error(s), 0 warning(s), 0 info; "
+                   "0 fixable with --fix.\n")
+    assert cli.main(["check", str(readme), str(script)]) == 1
+    out, err = capsys.readouterr()
+    assert err == f"{readme}: skipped: not a Python file or notebook\n"
+    assert out.startswith(f"{script}:3:1: error legacy-name: ")
+
+
+def test_an_empty_directory_is_a_warning(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["check", str(tmp_path / "empty")]) == 0
+    assert capsys.readouterr().err == (
+        "warning: no Python files or notebooks found\n")
+
+
+def test_a_syntax_error_names_the_file(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("def f(:\n")
+    [finding] = migration_check.check_file(path)
+    assert "<unknown>" not in finding.message
+    assert finding.message == (
+        f"Not parsed, skipped: invalid syntax ({path.name}, line 1).")
+
+
+def test_text_findings_are_printed_as_each_file_is_checked(
+        tmp_path, capsys, monkeypatch):
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(
+            "import tensorflow as tf\ntf.train.experimental.FixedLossScale(8)\n")
+    printed_before = []
+    real_check_file = migration_check.check_file
+
+    def check_file(path, *args, **kwargs):
+        out = capsys.readouterr().out
+        printed_before.append(out)
+        print(out, end="")  # Back in the captured output.
+        return real_check_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(migration_check, "check_file", check_file)
+    assert cli.main(["check", str(tmp_path)]) == 1
+    assert printed_before[0] == ""
+    assert printed_before[1].startswith(f"{tmp_path / 'a.py'}:2:1: error ")
+
+
+def test_progress_on_a_terminal(tmp_path, capsys, monkeypatch):
+    for index in range(3):
+        (tmp_path / f"m{index}.py").write_text("x = 1\n")
+    monkeypatch.setattr(cli, "_is_terminal", lambda stream: True)
+    assert cli.main(["check", "--format", "json", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "checking 1/3 files" in err and "checking 3/3 files" in err
+    assert err.endswith("\r\x1b[K")  # The progress line is cleared.
+
+
+# -- Findings explain themselves (issue 42) ---------------------------------
+
+def test_findings_point_to_the_rule_command_not_to_a_clone(tmp_path, capsys):
+    path = _write(tmp_path, """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(o, 8)
+        """)
+    cli.main(["check", str(path)])
+    out = capsys.readouterr().out
+    assert "docs/migration.md" not in out
+    assert out.splitlines()[-1] == (
+        "1 file checked: 1 error(s), 0 warning(s), 0 info; 1 fixable with "
+        "--fix. `python -m tf_lso rule ID` explains a rule.")
+    cli.main(["check", str(path), "--format", "sarif"])
+    sarif = json.loads(capsys.readouterr().out)
+    [run] = sarif["runs"]
+    [rule] = run["tool"]["driver"]["rules"]
+    from tf_lso._migration import rules
+
+    legacy = rules.RULES["legacy-name"]
+    assert rule["shortDescription"] == {"text": legacy.summary}
+    assert rule["fullDescription"] == {"text": legacy.explanation}
+    assert rule["help"]["text"] == legacy.documentation
+    assert legacy.explanation in rule["help"]["markdown"]
+    assert "docs/migration.md" not in json.dumps(run["results"])
+    cli.main(["check", str(path), "--format", "json"])
+    [finding] = json.loads(capsys.readouterr().out)["findings"]
+    assert "doc" not in finding
+
+
+def test_rule_command_prints_a_rules_documentation(capsys):
+    from tf_lso._migration import rules
+
+    for rule_id, rule in rules.RULES.items():
+        assert cli.main(["rule", rule_id]) == 0
+        out = capsys.readouterr().out
+        assert out == rule.documentation + "\n"
+        assert out.startswith(f"{rule_id} ({rule.severity}; ")
+        assert rule.summary in out and rule.explanation in out
+        assert len(rule.explanation) > 80, rule_id  # It explains.
+    assert cli.main(["rule"]) == 0  # No id: every rule, one line each.
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listed] == list(rules.RULES)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["rule", "no-such-rule"])
+    assert done.value.code == 2
+    assert "unknown rule 'no-such-rule'" in capsys.readouterr().err
+
+
+def test_help_lists_the_rules_and_version(capsys):
+    import tf_lso
+    from tf_lso._migration import rules
+
+    with pytest.raises(SystemExit):
+        cli.main(["check", "--help"])
+    out = capsys.readouterr().out
+    assert all(rule_id in out for rule_id in rules.RULES)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == (
+        f"python -m tf_lso {tf_lso.__version__}\n")
+
+
+# -- Configuration in pyproject.toml (issue 42) ------------------------------
+
+_MIXED = ("import tensorflow as tf\n"
+          "opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(o, 8)\n"
+          "ok = v.name == 'dense/kernel:0'\n")
+
+
+def _project(tmp_path, monkeypatch, table):
+    (tmp_path / "pyproject.toml").write_text(
+        "[project]\nname = 'demo'\n\n[tool.tf-lso]\n" + table)
+    (tmp_path / "src" / "gen").mkdir(parents=True)
+    (tmp_path / "src" / "train.py").write_text(_MIXED)
+    (tmp_path / "src" / "gen" / "old.py").write_text(_MIXED)
+    (tmp_path / "src" / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "src" / "sub")  # Found from a subdirectory.
+
+
+def _rules_found(capsys, *args):
+    status = cli.main(["check", "--format", "json", *args])
+    report = json.loads(capsys.readouterr().out)
+    return status, report["files"], [
+        (pathlib.Path(f["path"]).name, f["rule"]) for f in report["findings"]]
+
+
+def test_pyproject_table_sets_the_defaults(tmp_path, monkeypatch, capsys):
+    _project(tmp_path, monkeypatch, 'ignore = ["legacy-name"]\n'
+             'fail-on = "warning"\nexclude = ["gen"]\n')
+    assert _rules_found(capsys, "..") == (
+        1, 1, [("train.py", "variable-name-suffix")])
+    # The command line overrides each key it gives.
+    assert _rules_found(capsys, "..", "--ignore", "variable-name-suffix",
+                        "--fail-on", "error") == (
+        1, 1, [("train.py", "legacy-name")])
+    assert _rules_found(capsys, "..", "--fail-on", "never")[0] == 0
+    assert _rules_found(capsys, "..", "--exclude", "nothing")[1] == 2
+    # An excluded file is excluded also when named (as pre-commit names it).
+    assert _rules_found(capsys, "../gen/old.py")[1:] == (0, [])
+
+
+def test_pyproject_select_and_route(tmp_path, monkeypatch, capsys):
+    _project(tmp_path, monkeypatch, 'select = ["variable-name-suffix", '
+             '"legacy-name"]\nroute = "tf-keras"\n')
+    # On tf_keras a variable name keeps its ':0'.
+    assert _rules_found(capsys, "../train.py") == (
+        1, 1, [("train.py", "legacy-name")])
+    assert _rules_found(capsys, "../train.py", "--route", "keras3")[2] == [
+        ("train.py", "legacy-name"), ("train.py", "variable-name-suffix")]
+
+
+@pytest.mark.parametrize("table, error", [
+    ('selekt = ["legacy-name"]\n',
+     "unknown key 'selekt' in [tool.tf-lso]"),
+    ('select = "legacy-name"\n',
+     "[tool.tf-lso] select: a list of strings"),
+    ('ignore = ["no-such-rule"]\n', "unknown rule 'no-such-rule'"),
+    ('fail-on = "sometimes"\n', "[tool.tf-lso] fail-on: one of"),
+    ('route = "keras2"\n', "[tool.tf-lso] route: one of"),
+    ("select = [\n", "cannot be read"),
+])
+def test_pyproject_errors_are_usage_errors(tmp_path, monkeypatch, capsys,
+                                           table, error):
+    _project(tmp_path, monkeypatch, table)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["check", ".."])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert error in err and str(tmp_path / "pyproject.toml") in err, err
+
+
+def test_pyproject_without_a_toml_reader(tmp_path, monkeypatch, capsys):
+    # Python 3.9 and 3.10 have no tomllib: tomli if installed, else this.
+    from tf_lso._migration import config
+
+    monkeypatch.setattr(config, "_toml_loads", lambda: None)
+    _project(tmp_path, monkeypatch, 'ignore = ["legacy-name"]\n')
+    with pytest.raises(SystemExit) as done:
+        cli.main(["check", ".."])
+    assert done.value.code == 2
+    assert ("reading [tool.tf-lso] needs Python 3.11+ or tomli "
+            "(pip install tomli)") in capsys.readouterr().err
+    # A pyproject.toml without the table is not read at all.
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    assert _rules_found(capsys, "..")[1] == 2
+
+
+# -- The route a team is on (issue 42) --------------------------------------
+
+_ROUTE_CASES = [
+    # (source, findings on keras3, findings on tf-keras)
+    ("import tensorflow as tf\n"
+     "x = tf.keras.mixed_precision.LossScaleOptimizer(o, dynamic=False)\n"
+     "from tensorflow.keras.mixed_precision import LossScaleOptimizer\n",
+     [(2, 5, "legacy-name"), (3, 1, "legacy-name")], []),
+    # tf_keras has no `experimental` module; TF no loss scale classes.
+    ("import tensorflow as tf\n"
+     "tf.keras.mixed_precision.experimental.Policy('mixed_float16')\n"
+     "tf.mixed_precision.experimental.DynamicLossScale()\n",
+     [(2, 1, "legacy-name"), (3, 1, "legacy-name")],
+     [(2, 1, "legacy-name"), (3, 1, "legacy-name")]),
+    ("import re\nre.match('kernel:0', v.name)\ny = x.dtype.name\n"
+     "opt.apply_gradients(g, experimental_aggregate_gradients=False)\n"
+     "opt._optimizer\n",
+     [(2, 10, "variable-name-suffix"), (3, 5, "dtype-name"),
+      (4, 57, "aggregate-gradients"), (5, 1, "private-attribute")], []),
+    ("strategy.experimental_run_v2(f)\nopt._decayed_lr(tf.float32)\n"
+     "opt.get_gradients(l, p)\nopt.learning_rate(3)\n",
+     [(1, 1, "run-v2"), (2, 1, "decayed-lr"), (3, 1, "get-gradients"),
+      (4, 1, "schedule-call")],
+     [(1, 1, "run-v2"), (2, 1, "decayed-lr"), (3, 1, "get-gradients"),
+      (4, 1, "schedule-call")]),
+    # OptimizerV2 hooks: tf_keras's `legacy` optimizers still call them.
+    ("import tensorflow as tf\n"
+     "class A(tf.keras.optimizers.legacy.Adam):\n"
+     "    def _resource_apply_dense(self, grad, var): pass\n"
+     "class B(tf.keras.optimizers.Adam):\n"
+     "    def _resource_apply_dense(self, grad, var): pass\n",
+     [(2, 1, "optimizer-v2-subclass"), (4, 1, "optimizer-v2-subclass")],
+     [(4, 1, "optimizer-v2-subclass")]),
+]
+
+
+@pytest.mark.parametrize("source, keras3, tf_keras", _ROUTE_CASES)
+def test_findings_hold_on_the_route(source, keras3, tf_keras):
+    def found(route):
+        return _found(migration_check.check_source(
+            source, options=migration_check.Options(route=route)))
+
+    assert found("keras3") == keras3 == _found(
+        migration_check.check_source(source))  # The default route.
+    assert found("tf-keras") == tf_keras
+
+
+def test_route_option_and_rule_docs(tmp_path, capsys):
+    path = _write(tmp_path, "ok = v.name == 'dense/kernel:0'\n")
+    assert cli.main(["check", "--fail-on", "warning", str(path)]) == 1
+    assert cli.main(["check", "--fail-on", "warning", "--route", "tf-keras",
+                     str(path)]) == 0
+    capsys.readouterr()
+    cli.main(["rule", "variable-name-suffix"])
+    assert capsys.readouterr().out.startswith(
+        "variable-name-suffix (warning; route: keras3)\n")
+    cli.main(["rule", "run-v2"])
+    assert capsys.readouterr().out.startswith(
+        "run-v2 (error; routes: keras3, tf-keras)\n")

@@ -427,3 +427,117 @@ def _as_good(original, fixed):
         "ImportError", "ModuleNotFoundError", "AttributeError") and (
         "tensorflow" in message or "keras" in message)
     return missing_legacy_name and "tf_lso" not in fixed[1]
+
+
+# -- `--fix` obeys what `check` obeys (issue 42) ---------------------------
+
+_SUPPRESSED = (
+    "import tensorflow as tf\n"
+    "a = tf.train.experimental.FixedLossScale(8)  # tf-lso: ignore\n"
+    "b = tf.train.experimental.FixedLossScale(8)  "
+    "# tf-lso: ignore[legacy-name]\n"
+    "c = tf.train.experimental.FixedLossScale(8)  "
+    "# tf-lso: ignore[run-v2]\n"
+    "from tensorflow.keras.mixed_precision import experimental as mp  "
+    "# tf-lso: ignore\n"
+    "mp.LossScaleOptimizer(opt, 'dynamic')\n"
+)
+
+
+@migration_util.needs_libcst
+def test_fix_leaves_what_a_comment_suppresses():
+    assert migration_fix.fix_source(_SUPPRESSED) == _SUPPRESSED.replace(
+        "import tensorflow as tf\n",
+        "import tensorflow as tf\nimport tf_lso\n").replace(
+        "c = tf.train.experimental.", "c = tf_lso.experimental.")
+
+
+@migration_util.needs_libcst
+@pytest.mark.parametrize("options", [
+    ["--ignore", "legacy-name"], ["--select", "run-v2"],
+    ["--select", "run-v2,loss-scale-call", "--ignore", "run-v2"]])
+def test_fix_leaves_rules_that_are_not_selected(tmp_path, capsys, options):
+    path = tmp_path / "old.py"
+    source = ("import tensorflow as tf\n"
+              "s = tf.mixed_precision.experimental.FixedLossScale(8)\n"
+              "strategy.experimental_run_v2(step)\n")
+    path.write_text(source)
+    assert cli.main(["check", "--fix", "--write", *options, str(path)]) == 0
+    assert path.read_text() == source
+    assert "rewrote 0 file(s)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options, flag", [
+    (["--format", "json"], "--format"), (["--format", "sarif"], "--format"),
+    (["--fail-on", "warning"], "--fail-on"),
+    (["--fail-on", "never"], "--fail-on")])
+def test_options_without_meaning_with_fix_are_usage_errors(capsys, options,
+                                                           flag):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["check", "--fix", *options, str(SNIPPETS)])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"error: {flag} has no meaning with --fix (it prints a diff, or "
+        "writes the files with --write)")
+
+
+def _changed_lines(old, new):
+    """The lines of `old` (1-based) that a rewrite to `new` changed or
+    removed (not the lines it only inserted)."""
+    import difflib
+
+    matcher = difflib.SequenceMatcher(
+        None, old.splitlines(), new.splitlines(), autojunk=False)
+    return {line + 1 for tag, start, end, _, _ in matcher.get_opcodes()
+            if tag in ("replace", "delete") for line in range(start, end)}
+
+
+def _spans(source, lines):
+    """`lines` and the other lines of the statements that start on them (a
+    finding on a parenthesized import covers the whole import)."""
+    import ast
+
+    spans = set(lines)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.stmt) and node.lineno in lines and not (
+                hasattr(node, "body")):
+            spans.update(range(node.lineno, node.end_lineno + 1))
+    return spans
+
+
+_OPTION_SETS = [
+    {}, {"ignore": {"legacy-name"}}, {"select": {"run-v2"}},
+    {"select": {"legacy-name"}}, {"route": "tf-keras"}]
+
+
+@migration_util.needs_libcst
+def test_fix_changes_only_lines_that_check_reports_as_fixable():
+    # The rule of --fix: with the same options (and comments), it rewrites
+    # nothing `check` would not report as fixable.
+    snippets = _test_snippets()
+    variants = dict(snippets)
+    for name, source in snippets.items():  # Each line suppressed in turn.
+        lines = source.splitlines(keepends=True)
+        for index, line in enumerate(lines):
+            if line.strip() and not line.rstrip().endswith("\\"):
+                variants[f"{name}, line {index + 1} ignored"] = "".join(
+                    lines[:index] + [line.rstrip("\r\n")
+                                     + "  # tf-lso: ignore\n"]
+                    + lines[index + 1:])
+    checked = changed = 0
+    for options in _OPTION_SETS:
+        # Each line suppressed in turn with the default options only.
+        cases = variants if not options else snippets
+        options = migration_check.Options(**options)
+        for name, source in cases.items():
+            try:
+                fixed = migration_fix.fix_source(source, options)
+            except SyntaxError:
+                continue
+            fixable = _spans(source, {
+                f.line for f in migration_check.check_source(
+                    source, options=options, collapse=False) if f.fixable})
+            assert _changed_lines(source, fixed) <= fixable, (name, options)
+            checked += 1
+            changed += fixed != source
+    assert checked > 400 and changed > 100, (checked, changed)

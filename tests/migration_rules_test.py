@@ -54,14 +54,20 @@ class ToyRule(rule_lib.Rule):
         if isinstance(node.func, ast.Name) and node.func.id == "toy_old":
             context.report(node, self.id, "`toy_old` is gone; use `toy_new`.")
 
-    def fix(self, module, tree, cst):
+    def fix(self, module, tree, cst, lines, route):
+        del tree, route
+        position = cst.metadata.PositionProvider
+
         class Rename(cst.CSTTransformer):
+            METADATA_DEPENDENCIES = (position,)
+
             def leave_Name(self, original_node, updated_node):
-                if updated_node.value == "toy_old":
+                if (updated_node.value == "toy_old" and self.get_metadata(
+                        position, original_node).start.line in lines):
                     return updated_node.with_changes(value="toy_new")
                 return updated_node
 
-        return module.visit(Rename())
+        return cst.metadata.MetadataWrapper(module).visit(Rename())
 
 
 @pytest.fixture
@@ -81,12 +87,19 @@ def test_a_registered_rule_is_checked_selected_and_reported(toy_rule):
     findings = check.check_source(SOURCE, "toy.py")
     assert [(f.line, f.rule, f.severity, f.fixable) for f in findings] == [
         (1, "toy-rule", "warning", True)]
-    assert findings[0].doc == toy_rule.doc == (
-        "docs/migration.md#other-things-you-will-hit")
     assert report.rule_ids(["toy-rule"]) == {"toy-rule"}
-    assert report.selected(findings, set(), {"toy-rule"}) == []
+    assert check.check_source(SOURCE, options=check.Options(
+        ignore={"toy-rule"})) == []
+    assert check.check_source(SOURCE, "toy.py", options=check.Options(
+        route="tf-keras")) == findings  # Every route (the default).
     sarif = json.loads(report.sarif(findings, 1))
-    assert sarif["runs"][0]["tool"]["driver"]["rules"][0]["id"] == "toy-rule"
+    [rule] = sarif["runs"][0]["tool"]["driver"]["rules"]
+    assert rule["id"] == "toy-rule"
+    assert rule["help"]["text"] == toy_rule.documentation == (
+        "toy-rule (warning; routes: keras3, tf-keras)\n\n"
+        "Finds `toy_old`, which a toy rule renames.\n\n"
+        "`--fix` rewrites what it finds, where it can. More in tf_lso's "
+        "docs/migration.md, \"Other things you will hit\".")
 
 
 @migration_util.needs_libcst
@@ -94,7 +107,9 @@ def test_a_registered_rule_fixes(toy_rule):
     from tf_lso._migration import fix
 
     del toy_rule
-    assert fix.fix_source(SOURCE) == SOURCE.replace("toy_old", "toy_new")
+    # Line 2's comment suppresses its finding, so its fix too.
+    assert fix.fix_source(SOURCE) == SOURCE.replace(
+        "x = toy_old", "x = toy_new")
 
 
 def test_registering_checks_the_rule():

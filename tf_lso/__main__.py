@@ -7,24 +7,50 @@ names (`tf_lso.install()`) and runs an unmodified TF 2.x script as
 `python -m tf_lso check PATH...` reports legacy mixed-precision code and what
 behaves differently on TF 2.16+ (exit status 1 when a finding reaches
 `--fail-on`); `--fix` previews rewriting the legacy names to tf_lso's as a
-diff, `--fix --write` applies it. See docs/migration.md. It imports no
-TensorFlow. Installed, both are also the `tf-lso` command.
+diff, `--fix --write` applies it, both only where `check` with the same
+options reports a fixable finding. Defaults come from `[tool.tf-lso]` in
+pyproject.toml (`_migration/config.py`). `python -m tf_lso rule [ID]` prints
+a rule's documentation. See docs/migration.md. `check` and `rule` import no
+TensorFlow. Installed, all are also the `tf-lso` command.
 """
 
 import argparse
 import os
+import pathlib
 import runpy
 import sys
+import textwrap
 
+import tf_lso
+from tf_lso._migration import config as config_lib
 from tf_lso._migration import report
+from tf_lso._migration import rules
 
 _RUN_EXAMPLE = "{prog} run old_train.py --epochs 3"
 _CHECK_EXAMPLES = (
     "  {prog} check src/ notebooks/\n"
     "  {prog} check --format sarif --fail-on warning src/ > tf_lso.sarif\n"
+    "  {prog} check --route tf-keras src/   # TF_USE_LEGACY_KERAS=1 code\n"
     "  {prog} check --fix src/            # preview the rewrite\n"
-    "  {prog} check --fix --write src/    # apply it (needs tf_lso[migrate])"
+    "  {prog} check --fix --write src/    # apply it (needs LibCST)\n"
+    "  {prog} rule legacy-name            # what a rule finds, and why"
 )
+_NO_MEANING_WITH_FIX = ("has no meaning with --fix (it prints a diff, or "
+                        "writes the files with --write)")
+
+
+def _rules_epilog(prog):
+    ids = textwrap.fill(", ".join(rules.RULES), width=76,
+                        initial_indent="  ", subsequent_indent="  ")
+    return (f"rules (`{prog} rule ID` explains one):\n{ids}\n"
+            "settings: [tool.tf-lso] in pyproject.toml (select, ignore, "
+            "fail-on,\n  exclude, route); an option given here overrides "
+            "its key")
+
+
+def _ids(values):
+    return [part.strip() for value in values for part in value.split(",")
+            if part.strip()]
 
 
 def main(argv=None, prog="python -m tf_lso"):
@@ -32,11 +58,14 @@ def main(argv=None, prog="python -m tf_lso"):
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Run TF 2.1-2.4 mixed-precision code on current "
-        "TensorFlow, with the legacy names provided by tf_lso.",
+        "TensorFlow, with the legacy names provided by tf_lso; check a code "
+        "base for what needs changing.",
         epilog=f"examples:\n  {_RUN_EXAMPLE.format(prog=prog)}\n"
         f"{_CHECK_EXAMPLES.format(prog=prog)}\nsee docs/migration.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {tf_lso.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run", help="run a script with tf_lso.install() in effect",
@@ -56,51 +85,79 @@ def main(argv=None, prog="python -m tf_lso"):
         "the legacy names to tf_lso's",
         description="Reports legacy mixed-precision code and what behaves "
         "differently on TF 2.16+ / Keras 3. Needs no TensorFlow.",
-        epilog=f"examples:\n{_CHECK_EXAMPLES.format(prog=prog)}",
+        epilog=f"examples:\n{_CHECK_EXAMPLES.format(prog=prog)}\n"
+        f"{_rules_epilog(prog)}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check.add_argument("paths", nargs="+", metavar="PATH",
                        help=".py or .ipynb files, or directories to search")
     check.add_argument(
-        "--format", choices=("text", "json", "sarif"), default="text",
+        "--format", choices=("text", "json", "sarif"),
         help="text (default), json, or sarif (SARIF 2.1.0, for code scanning "
         "annotations on pull requests)")
     check.add_argument(
-        "--select", action="append", default=[], metavar="RULES",
+        "--select", action="append", metavar="RULES",
         help="report only these rules (comma-separated ids; repeatable)")
     check.add_argument(
-        "--ignore", action="append", default=[], metavar="RULES",
+        "--ignore", action="append", metavar="RULES",
         help="do not report these rules (comma-separated ids; repeatable). "
         "A `# tf-lso: ignore[rule-id]` comment ignores one line")
     check.add_argument(
-        "--fail-on", choices=("info", "warning", "error", "never"),
-        default="error", help="exit with status 1 if a finding has this "
-        "severity or a higher one (default: error)",
+        "--fail-on", choices=config_lib.FAIL_ON,
+        help="exit with status 1 if a finding has this severity or a higher "
+        "one (default: error)",
     )
+    check.add_argument(
+        "--route", choices=rules.ROUTES,
+        help="what tf.keras is where the code will run: keras3 (default) or "
+        "tf-keras (tf_keras 2.x, TF_USE_LEGACY_KERAS=1); only what holds "
+        "there is reported")
+    check.add_argument(
+        "--exclude", action="append", metavar="PATTERNS",
+        help="leave out paths matching these globs (comma-separated; "
+        "repeatable), also files named")
+    check.add_argument(
+        "--config", metavar="PYPROJECT",
+        help="the pyproject.toml to read [tool.tf-lso] from (default: the "
+        "first one with that table in the current directory or above)")
     check.add_argument("--fix", action="store_true",
                        help="show the rewrite of legacy names as a diff "
-                       "(needs tf_lso[migrate])")
+                       "(needs LibCST)")
     check.add_argument("--write", action="store_true",
                        help="with --fix: write the rewritten files")
+    rule = commands.add_parser(
+        "rule", help="explain a rule (every rule without an id)",
+        description="Prints a rule's documentation: what it finds, why, "
+        "what to write instead, and the routes it holds on.",
+        epilog=_rules_epilog(prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rule.add_argument("id", nargs="?", metavar="ID", help="the rule id")
     args = parser.parse_args(argv)
-    if args.command == "check":
-        if args.write and not args.fix:
-            check.error("--write needs --fix")
-        try:
-            args.select = report.rule_ids(args.select)
-            args.ignore = report.rule_ids(args.ignore)
-        except ValueError as e:
-            check.error(str(e))
-        for path in args.paths:
-            if not os.path.exists(path):
-                check.error(f"no such file or directory: {path!r}")
-        return _check(args)
+    if args.command == "run":
+        return _run(args, run, prog)
+    try:
+        if args.command == "rule":
+            status = _rule(args, rule)
+        else:
+            status = _check(_check_settings(args, check), prog)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `tf-lso check ... | head`: the reader is gone. As Python's docs
+        # advise, no traceback, and no second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return status
 
+
+def _run(args, parser, prog):
     if not os.path.isfile(args.script):
-        run.error(f"no such file: {args.script!r}")
-    import tf_lso
-
-    tf_lso.install()
+        parser.error(f"no such file: {args.script!r}")
+    try:
+        tf_lso.install()
+    except ImportError as e:  # No (or an old) TensorFlow: what to install.
+        print(f"{prog} run: error: {e}", file=sys.stderr)
+        return 1
     sys.argv = [args.script] + args.args
     # As `python SCRIPT.py` would: the script's directory comes first.
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
@@ -108,34 +165,115 @@ def main(argv=None, prog="python -m tf_lso"):
     return 0
 
 
-def _check(args):
+def _rule(args, parser):
+    if args.id is None:
+        width = max(map(len, rules.RULES))
+        for rule in rules.RULES.values():
+            print(f"{rule.id:<{width}}  {rule.severity:<7}  {rule.summary}")
+        return 0
+    if args.id not in rules.RULES:
+        parser.error(f"unknown rule {args.id!r}; the rules are: "
+                     f"{', '.join(rules.RULES)}")
+    print(rules.RULES[args.id].documentation)
+    return 0
+
+
+def _check_settings(args, parser):
+    """`args` with pyproject.toml's settings where the command line gave
+    none, checked; usage errors exit with status 2."""
     from tf_lso._migration import check
 
+    if args.write and not args.fix:
+        parser.error("--write needs --fix")
     if args.fix:
-        from tf_lso._migration import fix
+        if args.format not in (None, "text"):
+            parser.error(f"--format {_NO_MEANING_WITH_FIX}")
+        if args.fail_on is not None:
+            parser.error(f"--fail-on {_NO_MEANING_WITH_FIX}")
+    try:
+        config = config_lib.load(
+            pathlib.Path(args.config) if args.config else None)
+        settings = config.settings
+        select = settings.get("select", ())
+        ignore = settings.get("ignore", ())
+        if args.select is not None:
+            select = report.rule_ids(args.select)
+        if args.ignore is not None:
+            ignore = report.rule_ids(args.ignore)
+    except (config_lib.ConfigError, ValueError) as e:
+        parser.error(str(e))
+    for path in args.paths:
+        if not os.path.exists(path):
+            parser.error(f"no such file or directory: {path!r}")
+    args.options = check.Options(
+        select, ignore, args.route or settings.get("route", rules.ROUTES[0]))
+    args.format = args.format or "text"
+    args.fail_on = args.fail_on or settings.get("fail_on", "error")
+    if args.exclude is not None:
+        args.exclude, args.root = _ids(args.exclude), pathlib.Path.cwd()
+    else:
+        args.exclude, args.root = settings.get("exclude", ()), config.root
+    return args
 
-        try:
-            diff, changed, skipped = fix.fix_files(
-                args.paths, write=args.write)
-        except ImportError as e:
-            print(e, file=sys.stderr)
-            return 2
-        sys.stdout.write(diff)
-        for path, reason in skipped:
-            print(f"{path}: skipped: {reason}", file=sys.stderr)
-        verb = "rewrote" if args.write else "would rewrite"
-        hint = "" if args.write or not changed else " (apply with --write)"
-        print(f"{verb} {len(changed)} file(s){hint}", file=sys.stderr)
-        return 1 if skipped and any(
-            not reason.startswith("notebooks") for _, reason in skipped) else 0
-    files = list(check.python_files(args.paths))
-    findings = report.selected(
-        [f for path in files for f in check.check_file(path)],
-        args.select, args.ignore)
-    write = {"json": report.json_report, "sarif": report.sarif,
-             "text": report.text}[args.format]
-    print(write(findings, len(files)))
+
+def _is_terminal(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _check(args, prog):
+    from tf_lso._migration import check
+
+    notices = []
+    files = list(check.python_files(args.paths, args.exclude, args.root,
+                                    notices))
+    for notice in notices:
+        print(notice, file=sys.stderr)
+    if not files:
+        print("warning: no Python files or notebooks found", file=sys.stderr)
+    if args.fix:
+        return _fix(args, files)
+    progress = _is_terminal(sys.stderr)
+    findings = []
+    for index, path in enumerate(files, 1):
+        if progress:  # A long run on a terminal says how far it is.
+            sys.stderr.write(f"\r\x1b[Kchecking {index}/{len(files)} files")
+            sys.stderr.flush()
+        found = check.check_file(path, args.options)
+        findings.extend(found)
+        if args.format == "text" and found:  # As each file is checked.
+            if progress:
+                sys.stderr.write("\r\x1b[K")
+            print("\n".join(map(report.line, found)), flush=True)
+    if progress:
+        sys.stderr.write("\r\x1b[K")
+    if args.format == "text":
+        print(report.summary(findings, len(files), prog))
+    else:
+        write = {"json": report.json_report, "sarif": report.sarif}
+        print(write[args.format](findings, len(files)))
     return 1 if report.fails(findings, args.fail_on) else 0
+
+
+def _fix(args, files):
+    from tf_lso._migration import fix
+
+    try:
+        diff, changed, skipped = fix.fix_files(
+            files, write=args.write, options=args.options)
+    except ImportError as e:
+        print(e, file=sys.stderr)
+        return 2
+    sys.stdout.write(diff)
+    for path, reason in skipped:
+        print(f"{path}: skipped: {reason}", file=sys.stderr)
+    verb = "rewrote" if args.write else "would rewrite"
+    hint = "" if args.write or not changed else " (apply with --write)"
+    print(f"{verb} {len(changed)} file(s){hint}", file=sys.stderr)
+    return 1 if skipped and any(
+        not reason.startswith("notebooks") for _, reason in skipped) else 0
 
 
 def console_main():

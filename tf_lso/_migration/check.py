@@ -9,6 +9,7 @@ docs/migration.md that explains it.
 
 import ast
 import dataclasses
+import fnmatch
 import io
 import json
 import os
@@ -20,6 +21,40 @@ from tf_lso._migration import rule as rule_lib
 from tf_lso._migration import rules
 
 _SUPPRESSION = re.compile(r"#\s*tf-lso:\s*ignore(?:\[([^\]]*)\])?")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Which findings `check` reports, and so which `--fix` rewrites.
+
+    Attributes:
+        select: Rule ids to report (empty: every rule).
+        ignore: Rule ids not to report.
+        route: The route the code base is on (`rules.ROUTES`): rules that
+            do not hold there are not run.
+    """
+
+    select: frozenset = frozenset()
+    ignore: frozenset = frozenset()
+    route: str = rules.ROUTES[0]
+
+    def __post_init__(self):
+        object.__setattr__(self, "select", frozenset(self.select))
+        object.__setattr__(self, "ignore", frozenset(self.ignore))
+        if self.route not in rules.ROUTES:
+            raise ValueError(f"unknown route {self.route!r}; the routes "
+                             f"are: {', '.join(rules.ROUTES)}")
+
+    def runs(self, rule):
+        """Whether `rule` is run: it holds on the route."""
+        return self.route in rule.routes
+
+    def reports(self, rule_id):
+        """Whether findings of rule `rule_id` are reported."""
+        return (self.runs(rules.RULES[rule_id])
+                and (not self.select or rule_id in self.select)
+                and rule_id not in self.ignore)
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,27 +83,25 @@ class Finding:
     def severity(self):
         return rules.RULES[self.rule].severity
 
-    @property
-    def doc(self):
-        return rules.doc_link(self.rule)
-
     def location(self):
         cell = "" if self.cell is None else f"[cell {self.cell}]"
         return f"{self.path}{cell}:{self.line}:{self.column}"
 
     def to_json(self):
-        return {**dataclasses.asdict(self), "severity": self.severity,
-                "doc": self.doc}
+        return {**dataclasses.asdict(self), "severity": self.severity}
 
 
-def _walk(tree, context):
+def _walk(tree, context, options):
     """Hands every node to the rules that visit its type, in source order.
 
-    An assignment of a dotted name (`mp = tf.keras.mixed_precision.
-    experimental`) is recorded first, so that later `mp.X` resolves.
+    Every rule that holds on the route runs, selected or not, so that what
+    a rule sees does not depend on `--select`. An assignment of a dotted
+    name (`mp = tf.keras.mixed_precision.experimental`) is recorded first,
+    so that later `mp.X` resolves.
     """
+    running = [rule for rule in rules.RULES.values() if options.runs(rule)]
     by_type = {}
-    for rule in rules.RULES.values():
+    for rule in running:
         for node_type in rule.visits:
             by_type.setdefault(node_type, []).append(rule)
 
@@ -88,11 +121,12 @@ def _walk(tree, context):
             visit(child)
 
     visit(tree)
-    for rule in rules.RULES.values():
+    for rule in running:
         rule.finish(context)
 
 
-def check_source(source, path="<string>", cell=None, collapse=True):
+def check_source(source, path="<string>", cell=None, collapse=True,
+                 options=None):
     """Findings in Python source text, sorted by position.
 
     Args:
@@ -100,25 +134,29 @@ def check_source(source, path="<string>", cell=None, collapse=True):
         path: Reported as the findings' path.
         cell: The notebook cell index, if any.
         collapse: Report each `info` rule once (`one_note_per_rule`).
+        options: `Options` (default: every rule, on the default route).
 
     Returns:
         A list of `Finding`s. A syntax error gives one `unparsable` finding.
     """
+    options = options or Options()
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(source, path)
     except (SyntaxError, ValueError) as e:
         line = getattr(e, "lineno", None) or 1
         return [Finding(path, line, (getattr(e, "offset", None) or 1),
-                        "unparsable", f"Not parsed, skipped: {e}.", cell)]
+                        "unparsable", f"Not parsed, skipped: {e}.", cell)
+                ][:options.reports("unparsable")]
     found = []
 
     def report(node, rule_id, message, fixable):
         found.append(Finding(path, node.lineno, node.col_offset + 1, rule_id,
                              message, cell, fixable))
 
-    _walk(tree, rule_lib.Context(tree, report))
+    _walk(tree, rule_lib.Context(tree, report, options.route), options)
     ignored = suppressions(source)
-    found = [f for f in set(found) if not _suppressed(f, ignored)]
+    found = [f for f in set(found)
+             if options.reports(f.rule) and not _suppressed(f, ignored)]
     found = sorted(found, key=lambda f: (f.line, f.column, f.rule))
     return one_note_per_rule(found) if collapse else found
 
@@ -130,6 +168,8 @@ def suppressions(source):
     `# tf-lso: ignore[rule-a, rule-b]` only those rules.
     """
     ignored = {}
+    if "tf-lso" not in source:
+        return ignored  # Tokenizing is most of the time a file takes.
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, SyntaxError):
@@ -194,14 +234,15 @@ def notebook_cells(text):
     return cells
 
 
-def _check_notebook(cells, path):
+def _check_notebook(cells, path, options):
     """Checks the cells as one program (a cell sees earlier imports)."""
     starts, lines = [], []
     for index, source in cells:
         starts.append((len(lines), index))
         lines.extend(source.split("\n"))
     findings = []
-    for finding in check_source("\n".join(lines), path, collapse=False):
+    for finding in check_source("\n".join(lines), path, collapse=False,
+                                options=options):
         first, cell = max(s for s in starts if s[0] < finding.line)
         # Checked, not rewritten: `--fix` leaves notebooks alone.
         findings.append(dataclasses.replace(
@@ -223,36 +264,94 @@ def decode(data):
     return data.decode(encoding)
 
 
-def check_file(path):
+def check_file(path, options=None):
     """Findings in one .py or .ipynb file; unreadable files are a finding."""
     path = pathlib.Path(path)
+    options = options or Options()
     try:
         if path.suffix == ".ipynb":
             text = path.read_text(encoding="utf-8")
-            return _check_notebook(notebook_cells(text), str(path))
+            return _check_notebook(notebook_cells(text), str(path), options)
         text = decode(path.read_bytes())
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError,
             AttributeError) as e:
         return [Finding(str(path), 1, 1, "unparsable",
-                        f"Not read, skipped: {e}.")]
-    return check_source(text, str(path))
+                        f"Not read, skipped: {e}.")
+                ][:options.reports("unparsable")]
+    return check_source(text, str(path), options=options)
 
 
-def python_files(paths):
-    """The .py and .ipynb files under `paths` (files given are kept as is).
+def _is_python(path):
+    """Whether a file named on the command line is one `check` reads."""
+    if path.suffix in (".py", ".ipynb"):
+        return True
+    try:  # A script without the suffix (pre-commit passes those too).
+        with open(path, "rb") as file:
+            first = file.readline(256)
+    except OSError:
+        return path.suffix == ""  # Reported as unreadable when checked.
+    return first.startswith(b"#!") and b"python" in first
 
-    Hidden directories, `__pycache__` and virtualenvs are not entered.
+
+def _excluded(path, patterns, root):
+    """Whether `path` or a directory it is in matches a pattern.
+
+    A pattern is a glob matched against the path relative to `root`
+    (`third_party/*`, `build`), or, without a `/`, against each name on
+    the path (`gen_*.py`).
+    """
+    if not patterns:
+        return False
+    path = os.path.abspath(path)
+    relative = os.path.relpath(path, os.path.abspath(root))
+    if relative.startswith(os.pardir):
+        relative = path.lstrip(os.sep)
+    parts = pathlib.PurePath(relative).parts
+    for pattern in patterns:
+        pattern = pattern.strip("/")
+        if pattern.startswith("./"):
+            pattern = pattern[2:]
+        for index in range(len(parts)):
+            if fnmatch.fnmatch("/".join(parts[:index + 1]), pattern) or (
+                    "/" not in pattern and fnmatch.fnmatch(parts[index],
+                                                           pattern)):
+                return True
+    return False
+
+
+def python_files(paths, exclude=(), root=".", notices=None):
+    """The .py and .ipynb files under `paths`, in order.
+
+    Directories are searched; hidden directories, `__pycache__` and
+    virtualenvs are not entered. A file named in `paths` is kept if it is
+    a .py or .ipynb file or a script whose first line runs Python;
+    another is skipped with a notice.
+
+    Args:
+        paths: Files and directories.
+        exclude: Glob patterns (see `_excluded`); what matches is left out,
+            also when named in `paths` (as pre-commit names files).
+        root: The directory `exclude` patterns are relative to.
+        notices: A list to append a line to for each named file skipped.
     """
     for path in map(pathlib.Path, paths):
-        if not path.is_dir():
-            yield path
+        if _excluded(path, exclude, root):
             continue
-        for root, dirs, files in os.walk(path):
+        if not path.is_dir():
+            if _is_python(path):
+                yield path
+            elif notices is not None:
+                notices.append(f"{path}: skipped: not a Python file or "
+                               "notebook")
+            continue
+        for directory, dirs, files in os.walk(path):
             dirs[:] = sorted(
                 d for d in dirs
                 if not d.startswith(".") and d != "__pycache__"
-                and not (pathlib.Path(root, d, "pyvenv.cfg")).exists()
+                and not (pathlib.Path(directory, d, "pyvenv.cfg")).exists()
+                and not _excluded(os.path.join(directory, d), exclude, root)
             )
             for name in sorted(files):
-                if name.endswith((".py", ".ipynb")):
-                    yield pathlib.Path(root, name)
+                if name.endswith((".py", ".ipynb")) and not _excluded(
+                        os.path.join(directory, name), exclude, root):
+                    yield pathlib.Path(directory, name)

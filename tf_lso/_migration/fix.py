@@ -8,9 +8,12 @@ rewritten; what `check` reports beyond `legacy-name` stays for a person to
 decide, and so does a legacy name that tf_lso does not provide (with the
 imports it is used through).
 
-The rule the tests hold it to: a fixed file imports and runs wherever the
-original did under `python -m tf_lso run`. The rewrites are the rules'
-(`Rule.fix`; today `legacy-name`'s); this reads, writes and diffs files.
+The rules the tests hold it to: a fixed file imports and runs wherever the
+original did under `python -m tf_lso run`; and `--fix` rewrites only what
+`check` reports as fixable with the same options (`check.Options`) and
+suppression comments. The rewrites are the rules' (`Rule.fix`; today
+`legacy-name`'s), each given the lines of its findings; this reads, writes
+and diffs files.
 """
 
 import ast
@@ -24,6 +27,7 @@ from tf_lso._migration import rules
 def _libcst():
     try:
         import libcst
+        import libcst.metadata  # noqa: F401 (the rules' rewrites use it)
     except ImportError as e:
         raise ImportError(
             "`--fix` needs LibCST, which could not be imported "
@@ -32,28 +36,40 @@ def _libcst():
     return libcst
 
 
-def _fix_module(module, tree, cst):
-    """`module` after the fix of every rule that has one, in turn.
+def _fix_module(module, cst, options):
+    """`module` after the fix of every reported rule that has one, in turn.
 
-    Each fix gets the tree of the code it rewrites: after a fix that changed
-    the code, it is parsed again before the next fix (never after the last).
+    Each fix gets the tree of the code it rewrites and the lines where
+    `check` reports its fixable findings in that code: after a fix that
+    changed the code, it is checked again before the next fix (never after
+    the last).
     """
+    findings = None
     for rule in rules.RULES.values():
-        if not rule.fixes:
+        if not (rule.fixes and options.reports(rule.id)):
             continue
-        if tree is None:
+        if findings is None:
             tree = ast.parse(module.code)
-        fixed = rule.fix(module, tree, cst)
+            findings = check.check_source(module.code, collapse=False,
+                                          options=options)
+        lines = {f.line for f in findings if f.rule == rule.id and f.fixable}
+        if not lines:
+            continue
+        fixed = rule.fix(module, tree, cst, lines=lines, route=options.route)
         if fixed is not module:
-            module, tree = fixed, None
+            module, findings = fixed, None
     return module
 
 
-def fix_source(source):
-    """`source` with every legacy mixed-precision name rewritten to tf_lso.
+def fix_source(source, options=None):
+    """`source` with the legacy mixed-precision names rewritten to tf_lso.
+
+    Only those `check` reports as fixable with `options` (and the
+    suppression comments in `source`).
 
     Args:
         source: Python code, as text.
+        options: `check.Options` (default: every rule, default route).
 
     Returns:
         The rewritten code (equal to `source` when there is nothing to fix).
@@ -62,38 +78,40 @@ def fix_source(source):
         ImportError: LibCST is not installed.
         SyntaxError: `source` cannot be parsed.
     """
-    return _fix(source).code
+    return _fix(source, options).code
 
 
-def fix_bytes(data):
+def fix_bytes(data, options=None):
     """`fix_source` of a file's bytes; encoding, BOM and line ends are kept.
 
     Args:
         data: The bytes of a Python file (a PEP 263 coding line or a UTF-8
             byte order mark is honoured).
+        options: `check.Options`, as for `fix_source`.
 
     Returns:
         The rewritten file's bytes.
     """
-    return _fix(data).bytes
+    return _fix(data, options).bytes
 
 
-def _fix(source):
+def _fix(source, options):
     cst = _libcst()
     try:
         module = cst.parse_module(source)
-        tree = ast.parse(source)
+        ast.parse(source)  # LibCST accepts some code Python does not.
     except (cst.ParserSyntaxError, SyntaxError, ValueError) as e:
         raise SyntaxError(str(e)) from e
-    return _fix_module(module, tree, cst)
+    return _fix_module(module, cst, options or check.Options())
 
 
-def fix_files(paths, write=False):
+def fix_files(paths, write=False, options=None):
     """Rewrites (or previews) the .py files under `paths`.
 
     Args:
         paths: Files and directories, as for `check`.
         write: Write the changed files; otherwise only return the diff.
+        options: `check.Options`, as for `fix_source`.
 
     Returns:
         (unified diff of all changes, changed paths, [(path, error message)]
@@ -106,7 +124,7 @@ def fix_files(paths, write=False):
             continue
         try:
             old = pathlib.Path(path).read_bytes()
-            new = fix_bytes(old)
+            new = fix_bytes(old, options)
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
             skipped.append((str(path), str(e).splitlines()[0]))
             continue

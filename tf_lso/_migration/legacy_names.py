@@ -7,6 +7,12 @@ Standard library only: the runtime imports it, and so does the checker,
 which runs without TensorFlow.
 """
 
+# The routes a code base can take to TF 2.16+: `tf.keras` is Keras 3
+# (the default), or tf_keras 2.x (`TF_USE_LEGACY_KERAS=1`), which keeps TF
+# 2.4's `tf.keras.mixed_precision` (`LossScaleOptimizer`, `Policy`, ...) but
+# not TF 2.1-2.3's `experimental` module.
+ROUTES = ("keras3", "tf-keras")
+
 _LOSS_SCALES = ("LossScale", "FixedLossScale", "DynamicLossScale")
 _SERIALIZATION = ("get", "serialize", "deserialize")
 _POLICY = ("Policy", "set_policy", "global_policy", "get_layer_policy")
@@ -51,6 +57,10 @@ LEGACY_NAMES = {
     **_names("tf.python.training.experimental.loss_scale",
              _LOSS_SCALES + _SERIALIZATION),
 }
+
+# Legacy names only where `tf.keras` is Keras 3: tf_keras 2.x has them, with
+# TF 2.4's API.
+KERAS3_ONLY = frozenset({"tf.keras.mixed_precision.LossScaleOptimizer"})
 
 _PREFIXES = (
     ("tensorflow.compat.v2", "tf"),
@@ -106,6 +116,16 @@ def in_legacy_module(dotted):
 def is_legacy(dotted):
     """Whether a canonical dotted name is, or is inside, a legacy module."""
     return replacement(dotted) is not None or in_legacy_module(dotted)
+
+
+def is_legacy_on(dotted, route):
+    """Whether a canonical dotted name is legacy on `route` (`ROUTES`).
+
+    >>> is_legacy_on("tf.keras.mixed_precision.LossScaleOptimizer", "tf-keras")
+    False
+    """
+    return is_legacy(dotted) and (route == "keras3"
+                                  or dotted not in KERAS3_ONLY)
 
 
 def is_ours(dotted):

@@ -1,6 +1,9 @@
 """How `python -m tf_lso check` reports its findings: text, JSON or SARIF.
 
-Also which findings: `--select` / `--ignore`.
+Also how it reads `--select` / `--ignore` values. Each rule's own
+documentation (`Rule.documentation`) goes with the tool: `tf-lso rule ID`
+prints it and SARIF carries it, so no finding points to a file that only a
+clone of tf_lso has.
 """
 
 import json
@@ -23,14 +26,8 @@ def rule_ids(values):
         if rule_id not in rules.RULES:
             raise ValueError(
                 f"unknown rule {rule_id!r}; the rules are: "
-                f"{', '.join(sorted(rules.RULES))}")
+                f"{', '.join(rules.RULES)}")
     return ids
-
-
-def selected(findings, select, ignore):
-    """The findings of the `select`ed rules (all if empty) but `ignore`."""
-    return [f for f in findings
-            if (not select or f.rule in select) and f.rule not in ignore]
 
 
 def counts(findings):
@@ -39,20 +36,23 @@ def counts(findings):
             for s in rules.SEVERITIES}
 
 
-def text(findings, files):
-    """Human-readable report: one line a finding, then a summary."""
-    lines = [
-        f"{f.location()}: {f.severity} {f.rule}: {f.message} See {f.doc}"
-        for f in findings
-    ]
+def line(finding):
+    """One finding as a line of the text report."""
+    return (f"{finding.location()}: {finding.severity} {finding.rule}: "
+            f"{finding.message}")
+
+
+def summary(findings, files, command):
+    """The text report's last line; `command` runs the CLI (for `rule`)."""
     by_severity = counts(findings)
     fixable = sum(f.fixable for f in findings)
-    lines.append(
-        f"{files} file{'s' * (files != 1)} checked: {by_severity['error']} "
-        f"error(s), {by_severity['warning']} warning(s), "
-        f"{by_severity['info']} info; {fixable} fixable with --fix."
-    )
-    return "\n".join(lines)
+    text = (f"{files} file{'s' * (files != 1)} checked: "
+            f"{by_severity['error']} error(s), {by_severity['warning']} "
+            f"warning(s), {by_severity['info']} info; {fixable} fixable with "
+            "--fix.")
+    if findings:
+        text += f" `{command} rule ID` explains a rule."
+    return text
 
 
 def json_report(findings, files):
@@ -83,18 +83,25 @@ def sarif(findings, files):
             "tool": {"driver": {
                 "name": "tf-lso",
                 "version": tf_lso.__version__,
-                "rules": [{
-                    "id": rule_id,
-                    "shortDescription": {"text": rules.RULES[rule_id].summary},
-                    "defaultConfiguration": {
-                        "level": _SARIF_LEVELS[rules.RULES[rule_id].severity]},
-                    "properties": {"doc": rules.doc_link(rule_id)},
-                } for rule_id in used],
+                "rules": [_sarif_rule(rules.RULES[rule_id])
+                          for rule_id in used],
             }},
             "results": [_sarif_result(f, used.index(f.rule))
                         for f in findings],
         }],
     }, indent=2)
+
+
+def _sarif_rule(rule):
+    return {
+        "id": rule.id,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": rule.explanation or rule.summary},
+        "help": {"text": rule.documentation,
+                 "markdown": rule.documentation},
+        "defaultConfiguration": {"level": _SARIF_LEVELS[rule.severity]},
+        "properties": {"routes": list(rule.routes)},
+    }
 
 
 def _sarif_result(finding, rule_index):
@@ -105,7 +112,7 @@ def _sarif_result(finding, rule_index):
         "ruleId": finding.rule,
         "ruleIndex": rule_index,
         "level": _SARIF_LEVELS[finding.severity],
-        "message": {"text": f"{message} See {finding.doc}"},
+        "message": {"text": message},
         "locations": [{"physicalLocation": {
             "artifactLocation": {"uri": finding.path.replace("\\", "/")},
             "region": {"startLine": finding.line,

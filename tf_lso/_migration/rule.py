@@ -1,23 +1,27 @@
 """What a migration rule is, what it sees, and the table of rules.
 
 A rule is one class, whole in one module of `rules/`: its id, severity,
-the section of docs/migration.md that explains it (the docs anchor), the
-one-line summary that the docs table shows, the AST node types it looks
-at (`visits`), what it reports on them (`visit`, and `finish` for what
-needs the whole file), and its rewrite if it has one (`fix`). `@register`
-puts it in `RULES`, the one table that the checker (`check.py`), the fixer
-(`fix.py`), the reports (`report.py`) and the docs-table test read.
+the routes it holds on (`ROUTES`), the section of docs/migration.md that
+explains it (the docs anchor), its documentation (the class docstring: the
+summary that the docs table shows, then what `tf-lso rule ID` prints), the
+AST node types it looks at (`visits`), what it reports on them (`visit`,
+and `finish` for what needs the whole file), and its rewrite if it has one
+(`fix`). `@register` puts it in `RULES`, the one table that the checker
+(`check.py`), the fixer (`fix.py`), the reports (`report.py`) and the
+docs-table test read.
 
 Standard library only, as the whole migration tool.
 """
 
 import ast
 import collections
+import inspect
 import re
 
 from tf_lso._migration import legacy_names
 
 SEVERITIES = ("info", "warning", "error")
+ROUTES = legacy_names.ROUTES
 
 
 class SkipChildren:
@@ -31,26 +35,53 @@ class SkipChildren:
 class Rule:
     """One thing `python -m tf_lso check` looks for. Subclass and register.
 
-    A subclass's docstring is its `summary`: the rule's row in the docs
-    table of rules.
+    A subclass's docstring is its documentation: its first paragraph is the
+    `summary` (the rule's row in the docs table of rules), the paragraphs
+    after it the `explanation` (why, and what to write instead), which
+    `tf-lso rule ID` and SARIF's rule help show wherever the tool runs.
 
     Attributes:
         id: The rule id (`--select`, `# tf-lso: ignore[id]`, reports).
         severity: One of `SEVERITIES`.
+        routes: The `ROUTES` on which what it finds holds; on the others
+            it is not run.
         section: The heading in docs/migration.md that explains it.
         visits: The `ast` node classes whose nodes `visit` is called with.
     """
 
     id = None
     severity = None
+    routes = ROUTES
     section = None
     visits = ()
 
+    def _doc_paragraphs(self):
+        doc = inspect.cleandoc(type(self).__dict__.get("__doc__") or "")
+        return [p for p in doc.split("\n\n") if p.strip()]
+
     @property
     def summary(self):
-        """The class docstring on one line (the docs table's row)."""
-        doc = type(self).__dict__.get("__doc__") or ""
-        return " ".join(doc.split()) or None
+        """The docstring's first paragraph on one line (the docs row)."""
+        paragraphs = self._doc_paragraphs()
+        return " ".join(paragraphs[0].split()) if paragraphs else None
+
+    @property
+    def explanation(self):
+        """The docstring after its first paragraph (may be empty)."""
+        return "\n\n".join(self._doc_paragraphs()[1:])
+
+    @property
+    def documentation(self):
+        """The rule's documentation: what `tf-lso rule ID` prints."""
+        noun = "route" if len(self.routes) == 1 else "routes"
+        fix = ("`--fix` rewrites what it finds, where it can." if self.fixes
+               else "`--fix` leaves what it finds to you.")
+        return "\n\n".join(filter(None, (
+            f"{self.id} ({self.severity}; {noun}: {', '.join(self.routes)})",
+            f"Finds {self.summary}.",
+            self.explanation,
+            f"{fix} More in tf_lso's docs/migration.md, \"{self.section}\".",
+        )))
 
     def visit(self, node, context):
         """Reports what the rule finds at `node` (`context.report`).
@@ -72,19 +103,26 @@ class Rule:
     #: then `fixable` unless it says otherwise.
     fixes = False
 
-    def fix(self, module, tree, cst):
+    def fix(self, module, tree, cst, lines, route):
         """Rewrites a LibCST `module` (parsed from the same code as `tree`).
+
+        Only what the rule reports, as `check` reports it: a rewrite must
+        change nothing outside `lines`.
+
+        Args:
+            module: The LibCST module.
+            tree: Its `ast` tree.
+            cst: The `libcst` module.
+            lines: The lines (1-based) where the rule's fixable findings
+                start that `check` reports with the options given
+                (suppression comments, `--select`/`--ignore`); never empty.
+            route: The route (`ROUTES`) the code base is on.
 
         Returns:
             The new module; the same one if there is nothing to change.
         """
-        del tree, cst
+        del tree, cst, lines, route
         return module
-
-    @property
-    def doc(self):
-        """Where docs/migration.md explains the rule."""
-        return f"docs/migration.md#{anchor(self.section)}"
 
 
 class AttributeRule(Rule):
@@ -118,11 +156,16 @@ def register(rule_class):
     rule = rule_class()
     missing = [name for name in ("id", "severity", "section", "summary")
                if not isinstance(getattr(rule, name), str)]
-    if missing or rule.severity not in SEVERITIES:
+    if rule.severity not in SEVERITIES:
+        missing.append("severity")
+    if not rule.routes or not set(rule.routes) <= set(ROUTES):
+        missing.append("routes")
+    if missing:
         raise ValueError(
             f"{rule_class.__name__} needs the string attributes id, "
-            f"severity (one of {SEVERITIES}), section and summary. Missing "
-            f"or invalid: {missing or ['severity']}.")
+            f"severity (one of {SEVERITIES}), section and summary, and "
+            f"routes (some of {ROUTES}). Missing or invalid: "
+            f"{sorted(set(missing))}.")
     if rule.id in RULES:
         raise ValueError(f"A rule with id {rule.id!r} is registered already.")
     RULES[rule.id] = rule
@@ -214,15 +257,17 @@ class Context:
         classes: Class name -> `ast.ClassDef`, for every class in the file.
         unprovided: `unprovided_aliases` of the file.
         notes: Per-rule state for the file: `notes[rule.id]` is a dict.
+        route: The route (`ROUTES`) the code base is on.
     """
 
-    def __init__(self, tree, report):
+    def __init__(self, tree, report, route=ROUTES[0]):
         names = imported_names(tree)
         self.names = dict(names)
         self.classes = {node.name: node for node in ast.walk(tree)
                         if isinstance(node, ast.ClassDef)}
         self.unprovided = unprovided_aliases(tree, names)
         self.notes = collections.defaultdict(dict)
+        self.route = route
         self._report = report
 
     def report(self, node, rule_id, message, fixable=None):

@@ -9,16 +9,12 @@ a new module here (see docs/architecture.md, "Adding a migration rule").
 import importlib
 import pkgutil
 
+from tf_lso._migration.rule import ROUTES
 from tf_lso._migration.rule import RULES
 from tf_lso._migration.rule import SEVERITIES
 from tf_lso._migration.rule import anchor
 
-__all__ = ("RULES", "SEVERITIES", "anchor", "doc_link")
+__all__ = ("ROUTES", "RULES", "SEVERITIES", "anchor")
 
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
     importlib.import_module(f"{__name__}.{_info.name}")
-
-
-def doc_link(rule_id):
-    """Where docs/migration.md explains a rule."""
-    return RULES[rule_id].doc

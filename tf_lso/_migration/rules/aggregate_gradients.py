@@ -8,9 +8,19 @@ from tf_lso._migration import rule
 @rule.register
 class AggregateGradients(rule.Rule):
     """`experimental_aggregate_gradients=`, which Keras 3 optimizers
-    reject"""
+    reject
+
+    TF 2.x's `opt.apply_gradients(grads_and_vars,
+    experimental_aggregate_gradients=False)` told OptimizerV2 that the
+    gradients were already summed over replicas. A bare Keras 3 optimizer
+    raises `TypeError` on the keyword; tf_lso's `LossScaleOptimizer`
+    accepts it. Keep it only on tf_lso's optimizer, or drop it.
+
+    Only where `tf.keras` is Keras 3: tf_keras's optimizers accept it.
+    """
 
     id, severity = "aggregate-gradients", "warning"
+    routes = ("keras3",)
     section = "Other things you will hit"
     visits = (ast.Call,)
 

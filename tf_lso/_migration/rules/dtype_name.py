@@ -8,9 +8,18 @@ from tf_lso._migration import rule
 @rule.register
 class DtypeName(rule.Rule):
     """`x.dtype.name`, which fails on Keras 3 tensors (their dtype is a
-    string)"""
+    string)
+
+    On Keras 3 a Keras tensor's (and a Keras variable's) `dtype` is a
+    string such as `'float16'`, so `outputs.dtype.name` raises
+    AttributeError. Write `outputs.dtype` where a string will do, or
+    `tf.as_dtype(x.dtype).name`, which works for both.
+
+    Only where `tf.keras` is Keras 3: tf_keras's dtypes are `tf.DType`s.
+    """
 
     id, severity = "dtype-name", "warning"
+    routes = ("keras3",)
     section = "Other things you will hit"
     visits = (ast.Attribute,)
 

@@ -7,7 +7,14 @@ from tf_lso._migration import rule
 
 @rule.register
 class GetGradients(rule.Rule):
-    """`opt.get_gradients(loss, params)`: graph mode only"""
+    """`opt.get_gradients(loss, params)`: graph mode only
+
+    OptimizerV2's `get_gradients` built gradients in a graph. Keras 3's
+    optimizers and tf_keras's new ones (`tf.keras.optimizers.*`) have none;
+    tf_lso's `LossScaleOptimizer` keeps it for graph mode
+    (`tf.compat.v1`). In eager code compute gradients with
+    `tf.GradientTape`.
+    """
 
     id, severity = "get-gradients", "warning"
     section = "Other things you will hit"

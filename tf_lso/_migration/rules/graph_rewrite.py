@@ -11,7 +11,15 @@ _NAME = "enable_mixed_precision_graph_rewrite"
 @rule.register
 class GraphRewrite(rule.Rule):
     """`tf.compat.v1`'s `enable_mixed_precision_graph_rewrite`, which
-    TensorFlow 2.16+ keeps for TF1 optimizers only"""
+    TensorFlow 2.16+ keeps for TF1 optimizers only
+
+    TensorFlow's own graph rewrite raises ValueError for a Keras 3
+    optimizer and for tf_keras's new optimizers (it takes
+    `tf.compat.v1.train.Optimizer`s, and tf_keras's `legacy` ones).
+    `tf_lso.experimental.enable_mixed_precision_graph_rewrite(opt)` takes
+    both kinds; better still, set the `'mixed_float16'` policy and wrap the
+    optimizer in `tf_lso.LossScaleOptimizer`.
+    """
 
     id, severity = "graph-rewrite", "warning"
     section = "Other things you will hit"

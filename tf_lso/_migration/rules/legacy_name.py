@@ -21,7 +21,24 @@ class LegacyName(rule.Rule):
     """a TF 2.1-2.4 mixed-precision name that TensorFlow 2.16+ no longer
     has (or, for `tf.keras.mixed_precision.LossScaleOptimizer`, has with
     Keras 3's different API); `--fix` rewrites it to tf_lso's where
-    tf_lso provides it"""
+    tf_lso provides it
+
+    TF 2.1-2.3's `tf.keras.mixed_precision.experimental` module, the loss
+    scale classes `tf.mixed_precision.experimental.*` and
+    `tf.train.experimental.*` (`LossScale`, `FixedLossScale`,
+    `DynamicLossScale`) and TF 2.x's private `tensorflow.python.keras`
+    modules are gone from TensorFlow 2.16+. tf_lso has each of them under
+    `tf_lso.experimental` (TF 2.1-2.3's API), and TF 2.4's
+    `LossScaleOptimizer(opt, dynamic, initial_scale, dynamic_growth_steps)`
+    as `tf_lso.LossScaleOptimizer`. `--fix` rewrites the names and the
+    imports that bring them in, and nothing else; `python -m tf_lso run
+    script.py` runs the script unchanged with the names provided.
+
+    A name tf_lso does not provide (`LossScaleGradientTape`) is not fixable:
+    replace it by hand. On the tf_keras route
+    `tf.keras.mixed_precision.LossScaleOptimizer` is not reported: there it
+    is tf_keras's own, TF 2.4's class.
+    """
 
     id, severity = "legacy-name", "error"
     section = "Old call → new call"
@@ -48,7 +65,7 @@ class LegacyName(rule.Rule):
         if found is None:
             return False
         name, base = found
-        if not legacy_names.is_legacy(name):
+        if not legacy_names.is_legacy_on(name, context.route):
             return False
         new = legacy_names.replacement(name)
         if new is None:  # Inside a legacy module, not provided.
@@ -87,7 +104,7 @@ class LegacyName(rule.Rule):
 
     def _import(self, node, name, context, local=None):
         new = legacy_names.replacement(name)
-        if new is None:
+        if new is None or not legacy_names.is_legacy_on(name, context.route):
             return
         message = _message(name, new)
         fixable = local not in context.unprovided
@@ -96,9 +113,9 @@ class LegacyName(rule.Rule):
                          f"does not provide are used through `{local}`.")
         context.report(node, self.id, message, fixable=fixable)
 
-    def fix(self, module, tree, cst):
-        """Rewrites every provided legacy name (and its imports) to tf_lso's."""
-        return _fix_module(module, tree, cst)
+    def fix(self, module, tree, cst, lines, route):
+        """Rewrites the provided legacy names on `lines` (and their imports)."""
+        return _fix_module(module, tree, cst, lines, route)
 
 
 def _message(name, new):
@@ -135,8 +152,20 @@ def _moved_alias(alias, new, cst, keep_comma):
     return parent, alias.with_changes(**changes)
 
 
-def _transformer(cst, names, unprovided):
+def _transformer(cst, names, unprovided, lines, route):
+    """The rewrite of the legacy names (on `route`) that start on `lines`."""
+    position = cst.metadata.PositionProvider
+
     class Transformer(cst.CSTTransformer):
+        METADATA_DEPENDENCIES = (position,)
+
+        def _new(self, node, dotted):
+            """`dotted`'s tf_lso name if it is rewritten at `node`, or None."""
+            if not (legacy_names.is_legacy_on(dotted, route)
+                    and self.get_metadata(position, node).start.line in lines):
+                return None
+            return legacy_names.replacement(dotted)
+
         def __init__(self):
             super().__init__()
             self.replace = {}
@@ -160,7 +189,7 @@ def _transformer(cst, names, unprovided):
             if base is None or legacy_names.is_legacy(base):
                 return True
             full = f"{base}.{rest}"
-            new = legacy_names.replacement(full)
+            new = self._new(node, full)
             if new is None:
                 # Inside a legacy module but not provided: left whole (its
                 # module prefix is not rewritten either).
@@ -181,21 +210,22 @@ def _transformer(cst, names, unprovided):
             if len(updated_node.body) != 1:
                 return updated_node
             statement = updated_node.body[0]
+            original = original_node.body[0]
             if isinstance(statement, cst.Import):
-                return self._import(updated_node, statement)
+                return self._import(updated_node, statement, original)
             if (isinstance(statement, cst.ImportFrom)
                     and not statement.relative and statement.module is not None
                     and not isinstance(statement.names, cst.ImportStar)):
-                return self._import_from(updated_node, statement)
+                return self._import_from(updated_node, statement, original)
             return updated_node
 
-        def _import(self, line, statement):
+        def _import(self, line, statement, original):
             aliases = []
             for alias in statement.names:
                 name = _dotted(alias.name, cst)
                 if name == "tf_lso":
                     self.has_tf_lso = True
-                new = legacy_names.replacement(legacy_names.canonical(name))
+                new = self._new(original, legacy_names.canonical(name))
                 local = None if alias.asname is None else (
                     alias.asname.name.value)
                 if new is not None and local in unprovided:
@@ -216,14 +246,14 @@ def _transformer(cst, names, unprovided):
             return line.with_changes(
                 body=[statement.with_changes(names=aliases)])
 
-        def _import_from(self, line, statement):
+        def _import_from(self, line, statement, original):
             module = legacy_names.canonical(_dotted(statement.module, cst))
             kept, moved = [], {}
             for alias in statement.names:
                 name = _dotted(alias.name, cst)
                 local = (alias.asname.name.value if alias.asname is not None
                          else name)
-                new = legacy_names.replacement(f"{module}.{name}")
+                new = self._new(original, f"{module}.{name}")
                 if new is None or local in unprovided:
                     kept.append(alias)
                 else:
@@ -310,11 +340,13 @@ def _add_import(module, heads, cst):
     return module.with_changes(body=body)
 
 
-def _fix_module(module, tree, cst):
+def _fix_module(module, tree, cst, lines, route):
     names = rule.imported_names(tree)
     transformer = _transformer(cst, names,
-                               rule.unprovided_aliases(tree, names))
-    module = module.visit(transformer)
+                               rule.unprovided_aliases(tree, names),
+                               lines, route)
+    module = cst.metadata.MetadataWrapper(
+        module, unsafe_skip_copy=True).visit(transformer)
     if transformer.needs_tf_lso and not transformer.has_tf_lso:
         module = _add_import(module, transformer.heads, cst)
     return module

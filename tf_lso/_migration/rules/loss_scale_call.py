@@ -8,7 +8,14 @@ from tf_lso._migration import rule
 @rule.register
 class LossScaleCall(rule.Rule):
     """`opt.loss_scale()`: TF 2.1-2.3's call, which the experimental
-    class keeps (TF 2.4's class has a tensor there)"""
+    class keeps (TF 2.4's class has a tensor there)
+
+    On `tf_lso.experimental.LossScaleOptimizer` `opt.loss_scale` is the
+    `LossScale` object, callable as in TF 2.1-2.3 and usable as a tensor;
+    on `tf_lso.LossScaleOptimizer` (and tf_keras's class) it is a tensor,
+    as in TF 2.4, and calling it fails. Nothing to change while the code
+    keeps the experimental class.
+    """
 
     id, severity = "loss-scale-call", "info"
     section = "Deliberate differences from TF 2.4"

@@ -24,7 +24,19 @@ _HOOK_MIXINS = {
 @rule.register
 class OptimizerV2Subclass(rule.Rule):
     """a `tf.keras.optimizers` subclass written against OptimizerV2's
-    hooks, which Keras 3 optimizers do not call"""
+    hooks, which Keras 3 optimizers do not call
+
+    `_resource_apply_dense`, `_resource_apply_sparse`, `_create_slots`,
+    `_set_hyper` and their siblings are OptimizerV2's hooks. The
+    optimizers `tf.keras.optimizers` holds on TF 2.16+ (Keras 3's, or
+    tf_keras's new ones) never call them (`_set_hyper` raises), so such a
+    subclass trains nothing or fails. Subclass
+    `tf_keras.optimizers.legacy.Optimizer` (custom loops with tf_keras
+    models or `tf.Variable`s), or port it to `build`/`update_step`.
+
+    On the tf_keras route a subclass of `tf.keras.optimizers.legacy.*` is
+    fine (those are OptimizerV2) and is not reported.
+    """
 
     id, severity = "optimizer-v2-subclass", "error"
     section = "tf_keras legacy inner optimizers"
@@ -36,14 +48,26 @@ class OptimizerV2Subclass(rule.Rule):
         for base in bases:
             if base and base[0] in _HOOK_MIXINS:
                 hooks |= _HOOK_MIXINS[base[0]]
-        if hooks and any(b and b[0].startswith("tf.keras.optimizers.")
+        if hooks and any(b and _is_keras_optimizer(b[0], context.route)
                          for b in bases):
             context.report(node, self.id, "This optimizer uses OptimizerV2 "
-                           f"hooks ({', '.join(sorted(hooks))}) that Keras 3 "
-                           "optimizers never call: subclass "
+                           f"hooks ({', '.join(sorted(hooks))}) that the "
+                           "optimizers of `tf.keras.optimizers` on TF 2.16+ "
+                           "(Keras 3's, tf_keras's new ones) never call: "
+                           "subclass "
                            "`tf_keras.optimizers.legacy.Optimizer` (custom "
                            "loops with tf_keras or tf.Variables) or port it "
                            "to Keras 3's `build`/`update_step`.")
+
+
+def _is_keras_optimizer(name, route):
+    """Whether `name` is a `tf.keras` optimizer that calls no OptimizerV2 hook.
+
+    On the tf_keras route `tf.keras.optimizers.legacy.*` are OptimizerV2.
+    """
+    return name.startswith("tf.keras.optimizers.") and not (
+        route == "tf-keras"
+        and name.startswith("tf.keras.optimizers.legacy."))
 
 
 def _called_self_methods(node):

@@ -9,7 +9,14 @@ from tf_lso._migration import rule
 @rule.register
 class PolicyLossScale(rule.Rule):
     """`Policy(name, loss_scale=...)`: kept by
-    `tf_lso.experimental.Policy` (Keras 3's policies have no loss scale)"""
+    `tf_lso.experimental.Policy` (Keras 3's policies have no loss scale)
+
+    TF 2.1-2.3's policy carried a loss scale that `model.compile` used to
+    wrap the optimizer. Keras 3's and tf_keras's policies take no
+    `loss_scale` (TypeError). `tf_lso.experimental.Policy` keeps it, and
+    under it `compile` wraps the optimizer in
+    `tf_lso.experimental.LossScaleOptimizer` as TF 2.1-2.3 did.
+    """
 
     id, severity = "policy-loss-scale", "info"
     section = "The legacy policy API"

@@ -17,7 +17,15 @@ _EXPERIMENTAL_LSO = "tf_lso.experimental.LossScaleOptimizer"
 @rule.register
 class SkippedStepIterations(rule.Rule):
     """`iterations` read next to TF 2.1-2.3's LossScaleOptimizer, which
-    did not count skipped steps; TF 2.4 and tf_lso do"""
+    did not count skipped steps; TF 2.4 and tf_lso do
+
+    TF 2.2/2.3's experimental LossScaleOptimizer left `iterations`
+    unchanged on a step it skipped for a non-finite gradient; TF 2.4,
+    tf_keras and tf_lso count every step. Learning rate schedules, step
+    counters and logs keyed on `opt.iterations` include skipped steps now;
+    `opt.skipped_steps` (tf_lso) counts those. Reported at each read of
+    `iterations` in a file that uses TF 2.1-2.3's class.
+    """
 
     id, severity = "skipped-step-iterations", "warning"
     section = "Differences from TF 2.1–2.3 (experimental class)"

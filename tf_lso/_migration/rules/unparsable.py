@@ -10,7 +10,13 @@ from tf_lso._migration import rule
 @rule.register
 class Unparsable(rule.Rule):
     """a file that could not be read or parsed as Python 3; it was
-    skipped"""
+    skipped
+
+    Python 2 code, a syntax error, bytes that are not in the file's
+    encoding, or a notebook that is not valid JSON: the file is reported
+    and skipped, and the run goes on. Port Python 2 code first (`print x`,
+    `except E, e`), then check it again.
+    """
 
     id, severity = "unparsable", "error"
     section = "Checking a code base"

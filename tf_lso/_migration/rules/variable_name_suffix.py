@@ -30,9 +30,22 @@ _NAME_METHODS = frozenset({
 @rule.register
 class VariableNameSuffix(rule.Rule):
     """a variable name ending in `:0` in a regex or compared with a
-    `.name`, which Keras 3 variable names never match"""
+    `.name`, which Keras 3 variable names never match
+
+    TF 2.x variable names ended in `:0` (`'dense/kernel:0'`); Keras 3's
+    have no suffix and no scope (`v.name == 'kernel'`, `v.path ==
+    'dense/kernel'`). A pattern or name with `:0` then matches nothing,
+    and what it drove (weight decay, freezing, per-variable learning
+    rates) silently does nothing. Match `v.path` without the `:0`.
+    Reported in strings passed to the `re` functions or to `str` methods of
+    a `.name`, compared with a `.name`, or bound to a name (an assignment
+    or a parameter default in the same function) that is used so.
+
+    Only where `tf.keras` is Keras 3: tf_keras keeps the `:0`.
+    """
 
     id, severity = "variable-name-suffix", "warning"
+    routes = ("keras3",)
     section = "Other things you will hit"
     visits = (ast.Call, ast.Compare)
 
