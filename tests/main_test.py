@@ -187,3 +187,46 @@ def test_help_shows_examples(capsys):
         with pytest.raises(SystemExit):
             cli.main([*command, "--help"])
         assert example in capsys.readouterr().out, command
+
+
+def test_a_closed_pipe_ends_the_check_quietly(tmp_path):
+    # `tf-lso check ... | head`: the reader goes away after a few lines.
+    (tmp_path / "many.py").write_text(
+        "import tensorflow as tf\n"
+        + "tf.train.experimental.FixedLossScale(8)\n" * 5000)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tf_lso", "check", "many.py"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    first = process.stdout.readline()
+    process.stdout.close()  # As `head -1` does.
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1
+    assert first.startswith(b"many.py:2:1: error legacy-name: ")
+    assert err == "", err
+
+
+def test_run_without_tensorflow_says_what_to_install_in_one_line(tmp_path):
+    (tmp_path / "train.py").write_text("print('ran')\n")
+    done = _python(_BLOCK + _cli(["run", "train.py"]), tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("python -m tf_lso run: error: tf_lso requires "
+                           "TensorFlow, which could not be imported"), line
+    assert "ran" not in done.stdout
+    assert done.stdout.endswith("exit 1\ntensorflow imported: False\n")
+
+
+def test_version_and_rules_from_the_console_script(tmp_path):
+    import tf_lso
+
+    script = shutil.which("tf-lso", path=os.path.dirname(sys.executable))
+    assert script, "no tf-lso script: install tf_lso (pip install -e .)"
+    done = subprocess.run([script, "--version"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (
+        0, f"tf-lso {tf_lso.__version__}\n")
+    done = subprocess.run([script, "rule", "run-v2"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith("run-v2 (error; routes: keras3, tf-keras)")
