@@ -290,6 +290,55 @@ REAL_CODE_CASES = [
 ]
 
 
+# A `:0` pattern held in a name, in the same function (issue 42).
+NAMED_PATTERN_CASES = [
+    # A parameter default used as a pattern.
+    ("import re\n"
+     "def decay(model, regex=r'.*(kernel|weight):0$'):\n"
+     "    pattern = re.compile(regex)\n"
+     "    return [v for v in model.weights if pattern.match(v.name)]\n",
+     [(2, 24, "variable-name-suffix")]),
+    # A local bound to a pattern, then matched against a `.name`.
+    ("import re\n"
+     "def frozen(v):\n"
+     "    pat = 'dense_[0-9]+/kernel:0'\n"
+     "    return re.match(pat, v.name)\n",
+     [(3, 11, "variable-name-suffix")]),
+    # A local compared with a `.name`; a module-level constant.
+    ("TARGET = 'dense/bias:0'\n"
+     "def f(v):\n"
+     "    name = 'w:0'\n"
+     "    return v.name == name or v.name == TARGET\n",
+     [(1, 10, "variable-name-suffix"), (3, 12, "variable-name-suffix")]),
+    # Not: bound twice (which one reaches the call?), a device string, a
+    # name from another function, a name never used as a pattern, a
+    # parameter that shadows a module constant.
+    ("import re\n"
+     "def f(v, cond):\n"
+     "    pat = 'kernel:0'\n"
+     "    if cond:\n"
+     "        pat = 'kernel'\n"
+     "    dev = '/gpu:0'\n"
+     "    re.match(pat, v.name); re.match(dev, v.name)\n"
+     "def g(v):\n"
+     "    other = 'kernel:0'\n"
+     "    return re.match(pat, v.name)\n"
+     "PAT = 'kernel:0'\n"
+     "def h(v, PAT):\n"
+     "    return re.match(PAT, v.name)\n",
+     []),
+    # A lambda's default, and the same constant used twice: one finding.
+    ("import re\n"
+     "match = lambda v, p='bias:0': re.search(p, v.name) or re.match(p, v.name)\n",
+     [(2, 21, "variable-name-suffix")]),
+]
+
+
+@pytest.mark.parametrize("source, expected", NAMED_PATTERN_CASES)
+def test_a_pattern_held_in_a_name(source, expected):
+    assert _found(migration_check.check_source(source)) == expected
+
+
 @pytest.mark.parametrize("source, expected", REAL_CODE_CASES)
 def test_real_code_cases(source, expected):
     assert _found(migration_check.check_source(source)) == expected

@@ -254,6 +254,7 @@ class Context:
     Attributes:
         names: Local name -> canonical dotted name: the imports, and
             assignments of such names seen so far in the walk.
+        tree: The parsed file (`ast.Module`).
         classes: Class name -> `ast.ClassDef`, for every class in the file.
         unprovided: `unprovided_aliases` of the file.
         notes: Per-rule state for the file: `notes[rule.id]` is a dict.
@@ -262,6 +263,7 @@ class Context:
 
     def __init__(self, tree, report, route=ROUTES[0]):
         names = imported_names(tree)
+        self.tree = tree
         self.names = dict(names)
         self.classes = {node.name: node for node in ast.walk(tree)
                         if isinstance(node, ast.ClassDef)}
