@@ -225,6 +225,8 @@ def test_cli_json(capsys):
         "path": str(SNIPPETS / "notebook.ipynb"), "cell": 2, "line": 2,
         "column": 7, "rule": "legacy-name", "severity": "error",
         "fixable": False, "message": first["message"],
+        # The line and column in the .ipynb file (its JSON text).
+        "file_line": 31, "file_column": 12,
     }
     assert [f["rule"] for f in report["findings"]].count("unparsable") == 1
 
@@ -719,3 +721,57 @@ def test_route_option_and_rule_docs(tmp_path, capsys):
     cli.main(["rule", "run-v2"])
     assert capsys.readouterr().out.startswith(
         "run-v2 (error; routes: keras3, tf-keras)\n")
+
+
+# -- Notebooks: where a finding is in the file (issue 42) ---------------------
+
+def _notebook_line(path, text):
+    """The 1-based line and column of `text` in the notebook file."""
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if text in line:
+            return number, line.index(text) + 1
+    raise AssertionError(text)
+
+
+def test_sarif_points_to_the_notebook_files_line(capsys):
+    path = SNIPPETS / "notebook.ipynb"
+    cli.main(["check", str(path), "--format", "sarif"])
+    [result] = json.loads(capsys.readouterr().out)["runs"][0]["results"]
+    line, column = _notebook_line(
+        path, "tf.keras.mixed_precision.experimental.LossScaleOptimizer")
+    assert result["locations"][0]["physicalLocation"]["region"] == {
+        "startLine": line, "startColumn": column}
+    assert result["message"]["text"].startswith("[cell 2, line 2] ")
+    [finding] = migration_check.check_file(path)
+    assert (finding.cell, finding.line, finding.column) == (2, 2, 7)
+    assert (finding.file_line, finding.file_column) == (line, column)
+
+
+def test_notebook_lines_in_sources_of_any_shape(tmp_path):
+    # One string per cell, escapes before the code, a list whose items hold
+    # several lines, and a compact file on one line.
+    cells = [
+        {"cell_type": "code", "source": "import tensorflow as tf\n"
+         "x = '\\t\"\u00e9'; tf.train.experimental.FixedLossScale(2)"},
+        {"cell_type": "markdown", "source": ["# tf.train.experimental\n"]},
+        {"cell_type": "code", "source": [
+            "a = 1\nb = 2\n", "tf.mixed_precision.experimental.LossScale\n"]},
+    ]
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps({"cells": cells}, indent=1))
+    found = migration_check.check_file(path)
+    assert [(f.cell, f.line, f.column) for f in found] == [
+        (0, 2, 14), (2, 3, 1)]
+    text = path.read_text()
+    first = _notebook_line(path, "tf.train.experimental.FixedLossScale")
+    # In the file the code's `\\t`, `\\"` and `\\u00e9` are longer.
+    assert (found[0].file_line, found[0].file_column) == first
+    assert (found[1].file_line, found[1].file_column) == _notebook_line(
+        path, "tf.mixed_precision.experimental")
+    assert "\\u00e9" in text  # json.dumps escaped it.
+    path.write_text(json.dumps({"cells": cells}))  # All on one line.
+    found = migration_check.check_file(path)
+    assert [(f.file_line, f.file_column) for f in found] == [
+        (1, path.read_text().index(
+            "tf.train.experimental.FixedLossScale") + 1),
+        (1, path.read_text().index("tf.mixed_precision.experim") + 1)]

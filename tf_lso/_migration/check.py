@@ -67,8 +67,14 @@ class Finding:
         column: 1-based column.
         rule: The rule id (`rules.RULES`).
         message: What was found and what to do.
-        cell: The notebook cell index (0-based), or None for a .py file.
+        cell: The notebook cell: its index in the notebook's `cells`
+            (counted from 0, markdown cells included), or None for a .py
+            file.
         fixable: Whether `--fix` rewrites it.
+        file_line: In a notebook, the line of the .ipynb file (its JSON)
+            that holds the code line (None for a .py file).
+        file_column: In a notebook, the column there (1-based, in
+            characters of the file).
     """
 
     path: str
@@ -78,6 +84,8 @@ class Finding:
     message: str
     cell: int = None
     fixable: bool = False
+    file_line: int = None
+    file_column: int = None
 
     @property
     def severity(self):
@@ -234,10 +242,10 @@ def notebook_cells(text):
     return cells
 
 
-def _check_notebook(cells, path, options):
+def _check_notebook(text, path, options):
     """Checks the cells as one program (a cell sees earlier imports)."""
     starts, lines = [], []
-    for index, source in cells:
+    for index, source in notebook_cells(text):
         starts.append((len(lines), index))
         lines.extend(source.split("\n"))
     findings = []
@@ -247,8 +255,98 @@ def _check_notebook(cells, path, options):
         # Checked, not rewritten: `--fix` leaves notebooks alone.
         findings.append(dataclasses.replace(
             finding, line=finding.line - first, cell=cell, fixable=False))
+    if findings:
+        where = _NotebookText(text)
+        findings = [dataclasses.replace(f, **where.position(f))
+                    for f in findings]
     return one_note_per_rule(
         findings, where=lambda f: f"{f.line} of cell {f.cell}")
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+class _NotebookText:
+    """Where each code line of a notebook is in the notebook's JSON text.
+
+    JSON strings hold no line break, so a cell's source line is on the
+    file line of the JSON string that holds its start; the column is found
+    by reading that string's escapes.
+    """
+
+    def __init__(self, text):
+        self._text = text
+        self._sources = {}  # cell index -> [(offset of `"`, decoded text)]
+        self._value(_SPACE.match(text).end(), ())
+
+    def position(self, finding):
+        """`file_line` and `file_column` of a notebook finding."""
+        pieces = self._sources.get(finding.cell)
+        if not pieces:
+            return {}
+        source = "".join(piece for _, piece in pieces)
+        at = 0  # Where the finding's line starts in the cell's source.
+        for _ in range(finding.line - 1):
+            at = source.index("\n", at) + 1
+        line = source[at:].split("\n", 1)[0]
+        # The column counts UTF-8 bytes (as `ast` does); make it characters.
+        at += len(line.encode("utf-8")[:finding.column - 1].decode(
+            "utf-8", "ignore"))
+        for quote, piece in pieces:
+            if at < len(piece) or piece is pieces[-1][1]:
+                break
+            at -= len(piece)
+        offset = self._raw_offset(quote + 1, at)
+        file_line = self._text.count("\n", 0, offset) + 1
+        return {"file_line": file_line,
+                "file_column": offset - self._text.rfind("\n", 0, offset)}
+
+    def _raw_offset(self, offset, characters):
+        """The offset in the file `characters` decoded characters after
+        `offset`, inside a JSON string."""
+        text = self._text
+        for _ in range(characters):
+            if text[offset] != "\\":
+                offset += 1
+            elif text[offset + 1] != "u":
+                offset += 2
+            elif (0xD800 <= int(text[offset + 2:offset + 6], 16) < 0xDC00
+                  and text[offset + 6:offset + 8] == "\\u"):
+                offset += 12  # A surrogate pair: one character.
+            else:
+                offset += 6
+        return offset
+
+    def _value(self, at, path):
+        """Reads the JSON value at `at`, recording cell sources; its end."""
+        text = self._text
+        if text[at] == "{":
+            at = _SPACE.match(text, at + 1).end()
+            while text[at] != "}":
+                key, at = json.decoder.scanstring(text, at + 1)
+                at = _SPACE.match(text, at).end() + 1  # The `:`.
+                at = self._value(_SPACE.match(text, at).end(), path + (key,))
+                at = _SPACE.match(text, at).end()
+                if text[at] == ",":
+                    at = _SPACE.match(text, at + 1).end()
+            return at + 1
+        if text[at] == "[":
+            at, index = _SPACE.match(text, at + 1).end(), 0
+            while text[at] != "]":
+                at = self._value(at, path + (index,))
+                at, index = _SPACE.match(text, at).end(), index + 1
+                if text[at] == ",":
+                    at = _SPACE.match(text, at + 1).end()
+            return at + 1
+        if text[at] == '"':
+            value, end = json.decoder.scanstring(text, at + 1)
+            if len(path) >= 3 and path[0] == "cells" and path[2] == "source":
+                self._sources.setdefault(path[1], []).append((at, value))
+            return end
+        return _DECODER.raw_decode(text, at)[1]  # A number, true, ...
+
+
+_DECODER = json.JSONDecoder()
 
 
 def decode(data):
@@ -271,7 +369,7 @@ def check_file(path, options=None):
     try:
         if path.suffix == ".ipynb":
             text = path.read_text(encoding="utf-8")
-            return _check_notebook(notebook_cells(text), str(path), options)
+            return _check_notebook(text, str(path), options)
         text = decode(path.read_bytes())
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError,
             AttributeError) as e:

@@ -106,8 +106,11 @@ def _sarif_rule(rule):
 
 def _sarif_result(finding, rule_index):
     message = finding.message
-    if finding.cell is not None:
-        message = f"[cell {finding.cell}] {message}"
+    region = {"startLine": finding.line, "startColumn": finding.column}
+    if finding.cell is not None:  # The line and column in the .ipynb file.
+        message = f"[cell {finding.cell}, line {finding.line}] {message}"
+        region = {"startLine": finding.file_line,
+                  "startColumn": finding.file_column}
     return {
         "ruleId": finding.rule,
         "ruleIndex": rule_index,
@@ -115,7 +118,6 @@ def _sarif_result(finding, rule_index):
         "message": {"text": message},
         "locations": [{"physicalLocation": {
             "artifactLocation": {"uri": finding.path.replace("\\", "/")},
-            "region": {"startLine": finding.line,
-                       "startColumn": finding.column},
+            "region": region,
         }}],
     }
