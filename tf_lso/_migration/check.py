@@ -292,11 +292,11 @@ class _NotebookText:
         # The column counts UTF-8 bytes (as `ast` does); make it characters.
         at += len(line.encode("utf-8")[:finding.column - 1].decode(
             "utf-8", "ignore"))
-        for quote, piece in pieces:
-            if at < len(piece) or piece is pieces[-1][1]:
-                break
-            at -= len(piece)
-        offset = self._raw_offset(quote + 1, at)
+        index = 0  # The JSON string that holds the character at `at`.
+        while index < len(pieces) - 1 and at >= len(pieces[index][1]):
+            at -= len(pieces[index][1])
+            index += 1
+        offset = self._raw_offset(pieces[index][0] + 1, at)
         file_line = self._text.count("\n", 0, offset) + 1
         return {"file_line": file_line,
                 "file_column": offset - self._text.rfind("\n", 0, offset)}
