@@ -1012,6 +1012,123 @@ class GradientAccumulationTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(test_util.num(opt.skipped_steps), 1)
 
 
+class ExponentialMovingAverageTest(tf.test.TestCase, parameterized.TestCase):
+    """Keras 3's `use_ema` sees only the steps (windows) that apply.
+
+    Keras starts the averages from the weights at its first step
+    (`iterations == 0`). A skipped step still counts in `iterations` (TF
+    2.4's rule), but the averages start at the first step that applies, and
+    a skipped accumulation window leaves them as they were: exactly the bare
+    optimizer fed only the steps that apply.
+    """
+
+    def _run(self, inner, grads, use_tf_function, initial_value):
+        var = tf.Variable(initial_value)
+        opt = tf_lso.LossScaleOptimizer(inner, initial_scale=4)
+        step = test_util.maybe_function(
+            lambda g: opt.apply_gradients([(g, var)]), use_tf_function)
+        for g in grads:
+            step(tf.constant(g))
+        return opt, var
+
+    def _bare(self, inner, grads, initial_value):
+        var = tf.Variable(initial_value)
+        for g in grads:
+            inner.apply_gradients([(tf.constant(g), var)])
+        return inner, var
+
+    def _assert_same_state(self, opt, var, ref, ref_var):
+        self.assertAllEqual(var, ref_var)
+        mine = opt.inner_optimizer.variables
+        self.assertLen(mine, len(ref.variables))
+        for a, b in zip(mine, ref.variables):
+            if "iteration" not in a.name:
+                self.assertAllEqual(a, b, msg=a.name)
+        opt.finalize_variable_values([var])
+        ref.finalize_variable_values([ref_var])
+        self.assertAllEqual(var, ref_var)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_a_skipped_first_step_does_not_start_the_average_from_zeros(
+        self, use_tf_function
+    ):
+        def inner():
+            return keras.optimizers.SGD(0.5, use_ema=True, ema_momentum=0.9)
+
+        grads = [[float("inf"), 1.0], [1.0, 1.0], [NAN, 2.0], [2.0, -1.0]]
+        opt, var = self._run(inner(), grads, use_tf_function, [1.0, 2.0])
+        self.assertEqual(test_util.num(opt.skipped_steps), 2)
+        ref, ref_var = self._bare(
+            inner(), [g for g in grads if np.all(np.isfinite(g))], [1.0, 2.0])
+        self._assert_same_state(opt, var, ref, ref_var)
+        # The issue's numbers: after the first step that applies, the average
+        # is the weights [0.5, 1.5] (Keras 3's LossScaleOptimizer agrees),
+        # not 0.1 * [0.5, 1.5] from zeros.
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_a_skipped_window_leaves_the_average_alone(self, use_tf_function):
+        if not test_util.keras_has_gradient_accumulation():
+            self.skipTest("This Keras has no gradient_accumulation_steps.")
+
+        def inner():
+            return keras.optimizers.SGD(0.25, use_ema=True, ema_momentum=0.5,
+                                        gradient_accumulation_steps=2)
+
+        grads = [[1.0], [1.0], [1.0], [1.0], [1.0], [float("inf")],
+                 [NAN], [1.0], [2.0], [3.0]]
+        opt, var = self._run(inner(), grads, use_tf_function, [1.0])
+        self.assertEqual(test_util.num(opt.skipped_steps), 2)
+        ref, ref_var = self._bare(
+            inner(), grads[:4] + grads[8:], [1.0])
+        self._assert_same_state(opt, var, ref, ref_var)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_first_window_skipped(self, use_tf_function):
+        if not test_util.keras_has_gradient_accumulation():
+            self.skipTest("This Keras has no gradient_accumulation_steps.")
+
+        def inner():
+            return keras.optimizers.SGD(0.1, momentum=0.5, use_ema=True,
+                                        ema_momentum=0.8,
+                                        gradient_accumulation_steps=3)
+
+        grads = [[1.0, 2.0], [NAN, 0.0], [1.0, 1.0],
+                 [0.5, -1.0], [2.0, 0.25], [-3.0, 1.0],
+                 [1.0, 1.0], [4.0, 1.0], [0.0, -2.0]]
+        opt, var = self._run(inner(), grads, use_tf_function, [1.0, -1.0])
+        self.assertEqual(test_util.num(opt.skipped_steps), 1)
+        ref, ref_var = self._bare(inner(), grads[3:], [1.0, -1.0])
+        self._assert_same_state(opt, var, ref, ref_var)
+
+    def test_fit_with_an_overflowing_first_batch(self):
+        rng = np.random.default_rng(5)
+        x = rng.normal(size=(64, 4)).astype("float32")
+        y = rng.normal(size=(64, 1)).astype("float32")
+        y_bad = y.copy()
+        y_bad[3] = 3e38  # The first batch (rows 0-15) overflows.
+
+        def fit(optimizer, x, y):
+            keras.utils.set_random_seed(1)
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
+                                      keras.layers.Dense(1)])
+            model.compile(optimizer, "mse")
+            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+            return model.get_weights()
+
+        def inner():
+            return keras.optimizers.SGD(0.05, use_ema=True, ema_momentum=0.9)
+
+        opt = tf_lso.LossScaleOptimizer(inner(), initial_scale=1024)
+        actual = fit(opt, np.concatenate([x, x[16:]]),
+                     np.concatenate([y_bad, y[16:]]))
+        self.assertEqual(test_util.num(opt.skipped_steps), 1)
+        # fit copies the averages into the model at its end.
+        expected = fit(inner(), np.concatenate([x[16:], x[16:]]),
+                       np.concatenate([y[16:], y[16:]]))
+        for a, e in zip(actual, expected):
+            np.testing.assert_array_equal(a, e)
+
+
 class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
     """Random runs against a NumPy model of TF 2.4's LossScaleOptimizer.
 

@@ -6,6 +6,7 @@ was written against. `tests/compat_test.py` fails when a new release moves one
 of them.
 """
 
+import contextlib
 import inspect
 import re
 import sys
@@ -374,3 +375,52 @@ def keras_compile_owner():
             "Keras version does not define."
         )
     return owner
+
+
+def keras_ema_averages(optimizer):
+    """A built Keras 3 optimizer's moving averages (`use_ema=True`).
+
+    Private: `BaseOptimizer._model_variables_moving_average` (Keras 3.8 to
+    3.15), one per variable of `_trainable_variables`, in that order (None
+    for a variable without one).
+    """
+    return list(optimizer._model_variables_moving_average)
+
+
+def keras_overwrite_with_ema(optimizer):
+    """Copies a Keras 3 optimizer's moving averages into its variables.
+
+    Private: `_overwrite_model_variables_with_average_value` (Keras 3.8 to
+    3.15; the TensorFlow backend's writes every replica), as `apply` calls it
+    every `ema_overwrite_frequency` steps.
+    """
+    optimizer._overwrite_model_variables_with_average_value(
+        optimizer._trainable_variables)
+
+
+_NO_EMA_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def keras_apply_without_ema(optimizer):
+    """While active, a Keras 3 optimizer's `apply` leaves its averages alone.
+
+    Keras 3.8 to 3.15 read `use_ema` in `_backend_apply_gradients` only,
+    once per trace, to decide whether `apply` updates the moving averages
+    (and copies them into the variables every `ema_overwrite_frequency`
+    steps); tf_lso does that itself (`KerasInner`). MirroredStrategy calls
+    `apply` from one thread per replica, so the switch stays off until the
+    last replica's call has returned.
+    """
+    state = vars(optimizer)
+    with _NO_EMA_LOCK:
+        state["_tf_lso_no_ema"] = state.get("_tf_lso_no_ema", 0) + 1
+        state["use_ema"] = False
+    try:
+        yield
+    finally:
+        with _NO_EMA_LOCK:
+            state["_tf_lso_no_ema"] -= 1
+            if not state["_tf_lso_no_ema"]:
+                del state["_tf_lso_no_ema"]
+                state["use_ema"] = True

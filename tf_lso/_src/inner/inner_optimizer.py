@@ -50,6 +50,10 @@ class InnerOptimizer(abc.ABC):
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
+        #: The steps the loss scale optimizer skipped (a tf.Variable), set
+        #: by its `ApplyStep`: `iterations` counts them too (TF 2.4's rule),
+        #: so `iterations - skipped_steps` steps have applied.
+        self.skipped_steps = None
 
     # -- Choosing the kind (classmethods, asked by `wrap`/`deserialize`) ---
 

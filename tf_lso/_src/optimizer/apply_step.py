@@ -42,6 +42,7 @@ class ApplyStep(tf.Module):
         self.skipped_steps = replicas.state_variable(
             0, tf.int64, "skipped_steps"
         )
+        inner.skipped_steps = self.skipped_steps
 
     def __call__(self, packed, var_list, name, aggregate):
         """Runs the step.

@@ -67,10 +67,81 @@ class KerasInner(inner_optimizer.InnerOptimizer):
 
     def apply(self, grads_and_vars, name, aggregate):
         del name  # Keras 3 optimizers take no name.
+        if not getattr(self.optimizer, "use_ema", False):
+            return self._apply(grads_and_vars, aggregate)
+        return self._apply_with_moving_averages(grads_and_vars, aggregate)
+
+    def _apply(self, grads_and_vars, aggregate):
         if aggregate:
             return self.optimizer.apply_gradients(grads_and_vars)
         return compat.keras_apply_without_all_reduce(self.optimizer,
                                                      grads_and_vars)
+
+    def _apply_with_moving_averages(self, grads_and_vars, aggregate):
+        """`apply` with `use_ema=True`: the averages see applied steps only.
+
+        Keras 3 starts the averages from the weights at its first step
+        (`iterations == 0`) and, with gradient accumulation, moves them on
+        every call of a window. A skipped step counts in `iterations` (TF
+        2.4's rule), and a window is skipped only at its end. So the
+        averages are updated here instead, with Keras 3's formula: the first
+        step is the first one that applies (`iterations == skipped_steps`),
+        and a window's updates all happen at its end, once it applies (the
+        variables do not change before then, so the result is the same as
+        updating on every call). `ema_overwrite_frequency` counts
+        `iterations`, as learning rate schedules do.
+        """
+        optimizer = self.optimizer
+        iterations = tf.identity(optimizer.iterations)  # Before this step.
+        skipped = 0 if self.skipped_steps is None else self.skipped_steps
+        first = tf.equal(iterations, tf.cast(skipped, iterations.dtype))
+        steps = optimizer.gradient_accumulation_steps
+        if not steps:
+            with compat.keras_apply_without_ema(optimizer):
+                result = self._apply(grads_and_vars, aggregate)
+            self._update_moving_averages(iterations, first)
+            return result
+        counter = compat.keras_step_counter(optimizer)
+        window_end = tf.equal((counter + 1) % steps, 0)
+
+        def window_calls():
+            # The calls before the last one saw the same variables.
+            for _ in range(steps - 1):
+                self._update_moving_averages(iterations, first)
+            return tf.constant(True)
+
+        tf.cond(window_end, window_calls, lambda: tf.constant(False))
+        with compat.keras_apply_without_ema(optimizer):
+            result = self._apply(grads_and_vars, aggregate)
+
+        def last_call():
+            self._update_moving_averages(iterations, first)
+            return tf.constant(True)
+
+        tf.cond(window_end, last_call, lambda: tf.constant(False))
+        return result
+
+    def _update_moving_averages(self, iterations, first):
+        """One of Keras 3's `use_ema` updates (Keras 3.8 to 3.15's formula)."""
+        optimizer = self.optimizer
+        for var, average in zip(compat.keras_trainable_variables(optimizer),
+                                compat.keras_ema_averages(optimizer)):
+            if average is None:
+                continue
+            momentum = tf.multiply(
+                tf.cast(tf.logical_not(first), var.dtype),
+                optimizer.ema_momentum)
+            average.assign(tf.add(
+                tf.multiply(momentum, average),
+                tf.multiply(1.0 - momentum, var)))
+        frequency = optimizer.ema_overwrite_frequency
+        if frequency:
+            tf.cond(
+                tf.equal((iterations + 1) % frequency, 0),
+                lambda: compat.keras_overwrite_with_ema(optimizer) or (
+                    tf.constant(True)),
+                lambda: tf.constant(False),
+            )
 
     def learning_rate(self):
         schedule = compat.keras_learning_rate_schedule(self.optimizer)
