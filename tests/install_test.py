@@ -30,6 +30,7 @@ def _snapshot():
         getattr(tf, "mixed_precision", None),
         dict(vars(tf.train.experimental)),
         dict(vars(tf.keras.mixed_precision)),
+        dict(vars(keras.mixed_precision)),
         {k: v for k, v in sys.modules.items() if "mixed_precision" in k},
         vars(compat.keras_compile_owner()).get("compile"),
     )
@@ -141,6 +142,41 @@ def test_install_is_idempotent_and_uninstall_restores_everything():
     assert _snapshot() == before
 
 
+def _mixed_precision_modules():
+    """Every module object reachable as `tf.keras.mixed_precision`."""
+    from tensorflow.keras import mixed_precision as from_import
+
+    return [tf.keras.mixed_precision, keras.mixed_precision, from_import,
+            importlib.import_module("tensorflow.keras.mixed_precision"),
+            importlib.import_module("keras.mixed_precision")]
+
+
+def test_every_module_object_shows_the_installed_names():
+    # `keras.mixed_precision` and `tf.keras.mixed_precision` are different
+    # module objects with a plain `pip install tensorflow keras`.
+    tf_lso.install()
+    prefix = "tf.keras.mixed_precision."
+    names = [n[len(prefix):] for n in install_lib.installed_names()
+             if n.startswith(prefix)]
+    names.append("LossScaleOptimizer")
+    for module in _mixed_precision_modules():
+        for name in names:
+            value = module
+            for part in name.split("."):
+                value = getattr(value, part)
+            assert value is install_lib._tf_lso_object(
+                install_lib.legacy.LEGACY_NAMES[prefix + name]), (
+                    module.__name__, name)
+    # What `check` calls fixable runs under install(): TF 2.4's signature.
+    opt = keras.mixed_precision.LossScaleOptimizer(
+        keras.optimizers.SGD(), dynamic=False, initial_scale=128)
+    assert float(opt.loss_scale) == 128.0
+    tf_lso.uninstall()
+    for module in _mixed_precision_modules():
+        assert module.LossScaleOptimizer is KERAS_LSO
+        assert not hasattr(module, "experimental")
+
+
 def test_compile_under_mixed_float16_uses_tf24_class_when_installed():
     def compiled_optimizer():
         keras.mixed_precision.set_global_policy("mixed_float16")
@@ -152,6 +188,25 @@ def test_compile_under_mixed_float16_uses_tf24_class_when_installed():
     assert type(compiled_optimizer()) is tf_lso.LossScaleOptimizer
     tf_lso.uninstall()
     assert type(compiled_optimizer()) is KERAS_LSO
+
+
+def test_compile_names_its_wrapper_as_keras_does():
+    def compiled_optimizer():
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(), "mse")
+        return model.optimizer
+
+    keras_names = [compiled_optimizer().name for _ in range(2)]
+    assert keras_names == ["loss_scale_optimizer"] * 2
+    tf_lso.install()
+    wrappers = [compiled_optimizer() for _ in range(3)]
+    assert [type(w) for w in wrappers] == [tf_lso.LossScaleOptimizer] * 3
+    assert [w.name for w in wrappers] == ["loss_scale_optimizer"] * 3
+    # The name is in the config, as in Keras 3's, so a loaded model keeps it.
+    assert wrappers[0].get_config()["name"] == "loss_scale_optimizer"
+    assert tf_lso.LossScaleOptimizer.from_config(
+        wrappers[0].get_config()).name == "loss_scale_optimizer"
 
 
 def test_run_command(tmp_path, capsys):

@@ -131,7 +131,8 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
         ) == (True, loss_scale_lib.DEFAULT_INITIAL_SCALE,
               loss_scale_lib.DEFAULT_GROWTH_STEPS):
             return previous
-        return v2.LossScaleOptimizer(optimizer)
+        # Named as Keras 3's compile names its own wrapper.
+        return v2.LossScaleOptimizer(optimizer, name="loss_scale_optimizer")
     if _wraps(previous, optimizer, v1.LossScaleOptimizerV1) and (
         _describe(previous.loss_scale) == _describe(policy.loss_scale)
     ):

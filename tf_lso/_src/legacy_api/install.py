@@ -44,15 +44,23 @@ def _register(name, module):
 def _keras_mixed_precision_modules():
     """Every module object a script can reach as tf.keras.mixed_precision.
 
-    On TF 2.16+ `tf.keras.mixed_precision` is Keras 3's `keras.mixed_precision`,
-    but `import tensorflow.keras.mixed_precision` (and `from ... import`) can
-    load Keras's tf_keras facade (`keras/_tf_keras/keras/mixed_precision`) as
-    a second module object; both must show the legacy names.
+    On TF 2.16+ `tf.keras.mixed_precision` is Keras 3's mixed precision API,
+    but as more than one module object: Keras's tf_keras facade
+    (`keras/_tf_keras/keras/mixed_precision`, what `tf.keras` and `import
+    tensorflow.keras.mixed_precision` give with a plain `pip install
+    tensorflow`) and `keras.mixed_precision` itself. All of them must show
+    the legacy names, so that `keras.mixed_precision.LossScaleOptimizer` is
+    tf_lso's class too.
     """
-    modules = [tf.keras.mixed_precision]
-    imported = importlib.import_module("tensorflow.keras.mixed_precision")
-    if imported is not modules[0]:
-        modules.append(imported)
+    modules = []
+    for module in (
+        tf.keras.mixed_precision,
+        importlib.import_module("tensorflow.keras.mixed_precision"),
+        keras.mixed_precision,
+        importlib.import_module("keras.mixed_precision"),
+    ):
+        if all(module is not seen for seen in modules):
+            modules.append(module)
     return modules
 
 
