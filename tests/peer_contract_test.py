@@ -178,6 +178,15 @@ class KerasLossScaleOptimizerTest(tf.test.TestCase, parameterized.TestCase):
             step()
             self.assertEqual(test_util.num(opt.iterations), i + 1)
 
+    @_deliberate("`iterations` on a skipped step")
+    def test_a_skipped_step_is_not_counted(self):
+        # Keras 3's class counts only the steps that apply.
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.5))
+        var = tf.Variable([1.0, 2.0])
+        opt.build([var])
+        opt.apply([tf.constant([INF, 1.0])], [var])
+        self.assertEqual(test_util.num(opt.iterations), 0)
+
     def test_serialization(self):
         opt = tf_lso.LossScaleOptimizer(
             keras.optimizers.SGD(learning_rate=0.5), initial_scale=3.0,
