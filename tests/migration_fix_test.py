@@ -162,11 +162,11 @@ def test_fix_without_libcst_says_what_to_install(monkeypatch, tmp_path,
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_libcst)
-    with pytest.raises(ImportError, match=r"pip install 'tf_lso\[migrate\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'libcst>=1\.1'"):
         migration_fix.fix_source("x = 1\n")
     (tmp_path / "a.py").write_text("x = 1\n")
     assert cli.main(["check", "--fix", str(tmp_path)]) == 2
-    assert "tf_lso[migrate]" in capsys.readouterr().err
+    assert "pip install 'libcst>=1.1'" in capsys.readouterr().err
     # The check itself needs no extra.
     assert cli.main(["check", str(tmp_path)]) == 0
 

@@ -31,6 +31,10 @@ def test_every_rule_links_to_a_section_of_the_migration_guide():
         assert rule.severity in rules.SEVERITIES
         row = f"| `{rule.id}` | {rule.severity} | {rule.summary} |"
         assert row in MIGRATION.read_text(), rule.id
+        # The last column: the routes it holds on.
+        [line] = [line for line in MIGRATION.read_text().splitlines()
+                  if line.startswith(row)]
+        assert line.endswith(f" | {', '.join(rule.routes)} |"), rule.id
 
 
 def test_rule_ids_are_their_modules_names():

@@ -16,8 +16,8 @@ def _missing(module):
 
 needs_libcst = pytest.mark.skipif(
     _missing("libcst"),
-    reason="--fix needs LibCST: pip install 'tf_lso[migrate]'")
+    reason="--fix needs LibCST: pip install 'libcst>=1.1'")
 needs_tensorflow = pytest.mark.skipif(
     _missing("tensorflow"),
-    reason="runs TF 2.x code: needs TensorFlow (pip install "
-    "'tf_lso[tensorflow]')")
+    reason="runs TF 2.x code: needs TensorFlow (pip install -e "
+    "'.[tensorflow]' in a clone)")

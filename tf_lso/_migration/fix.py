@@ -1,6 +1,7 @@
 """`python -m tf_lso check --fix`: rewrite legacy names to tf_lso's, losslessly.
 
-Needs LibCST (`pip install 'tf_lso[migrate]'`), a concrete syntax tree that
+Needs LibCST (`pip install 'libcst>=1.1'`, tf_lso's `migrate` extra), a
+concrete syntax tree that
 keeps comments and formatting: only the legacy names (and the imports that
 bring them in) change, and the file stays byte for byte the same elsewhere
 (its encoding, byte order mark and line ends included). Nothing else is
@@ -24,6 +25,11 @@ from tf_lso._migration import check
 from tf_lso._migration import rules
 
 
+# What pip can install wherever tf_lso came from (it is not on the index).
+_LIBCST_ADVICE = ("Install it with `pip install 'libcst>=1.1'` (tf_lso's "
+                  "`migrate` extra).")
+
+
 def _libcst():
     try:
         import libcst
@@ -31,7 +37,7 @@ def _libcst():
     except ImportError as e:
         raise ImportError(
             "`--fix` needs LibCST, which could not be imported "
-            f"({e}). Install it with `pip install 'tf_lso[migrate]'`."
+            f"({e}). {_LIBCST_ADVICE}"
         ) from e
     return libcst
 
