@@ -24,7 +24,6 @@ import pathlib
 from tf_lso._migration import check
 from tf_lso._migration import rules
 
-
 # What pip can install wherever tf_lso came from (it is not on the index).
 _LIBCST_ADVICE = ("Install it with `pip install 'libcst>=1.1'` (tf_lso's "
                   "`migrate` extra).")
