@@ -187,10 +187,13 @@ def anchor(heading):
     return text.replace(" ", "-")
 
 
-def imported_names(tree):
-    """Local name -> canonical dotted name, for every import in `tree`."""
+def imported_names(tree, nodes=None):
+    """Local name -> canonical dotted name, for every import in `tree`.
+
+    `nodes`: `list(ast.walk(tree))`, if the caller has it already.
+    """
     names = {}
-    for node in ast.walk(tree):
+    for node in nodes or ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -222,7 +225,7 @@ def dotted(node, names):
     return ".".join([base] + parts[::-1]), base
 
 
-def unprovided_aliases(tree, names):
+def unprovided_aliases(tree, names, nodes=None):
     """Local names of legacy modules that something unprovided is used through.
 
     `mp.Bogus` with `mp` a legacy module and no tf_lso `Bogus`: rewriting
@@ -232,12 +235,13 @@ def unprovided_aliases(tree, names):
     Args:
         tree: The parsed module.
         names: `imported_names(tree)`.
+        nodes: `list(ast.walk(tree))`, if the caller has it already.
 
     Returns:
         A set of local names.
     """
     found = set()
-    for node in ast.walk(tree):
+    for node in nodes or ast.walk(tree):
         if not (isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name)):
             continue
@@ -262,12 +266,13 @@ class Context:
     """
 
     def __init__(self, tree, report, route=ROUTES[0]):
-        names = imported_names(tree)
+        nodes = list(ast.walk(tree))  # Walked once, for all three.
+        names = imported_names(tree, nodes)
         self.tree = tree
         self.names = dict(names)
-        self.classes = {node.name: node for node in ast.walk(tree)
+        self.classes = {node.name: node for node in nodes
                         if isinstance(node, ast.ClassDef)}
-        self.unprovided = unprovided_aliases(tree, names)
+        self.unprovided = unprovided_aliases(tree, names, nodes)
         self.notes = collections.defaultdict(dict)
         self.route = route
         self._report = report

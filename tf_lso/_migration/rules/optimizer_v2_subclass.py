@@ -44,12 +44,14 @@ class OptimizerV2Subclass(rule.Rule):
 
     def visit(self, node, context):
         bases = [context.resolve(base) for base in node.bases]
+        if not any(b and _is_keras_optimizer(b[0], context.route)
+                   for b in bases):
+            return
         hooks = _OPTIMIZER_V2_HOOKS & _methods(node, context.classes)
         for base in bases:
             if base and base[0] in _HOOK_MIXINS:
                 hooks |= _HOOK_MIXINS[base[0]]
-        if hooks and any(b and _is_keras_optimizer(b[0], context.route)
-                         for b in bases):
+        if hooks:
             context.report(node, self.id, "This optimizer uses OptimizerV2 "
                            f"hooks ({', '.join(sorted(hooks))}) that the "
                            "optimizers of `tf.keras.optimizers` on TF 2.16+ "
