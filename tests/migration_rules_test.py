@@ -102,7 +102,7 @@ def test_a_registered_rule_is_checked_selected_and_reported(toy_rule):
     assert rule["help"]["text"] == toy_rule.documentation == (
         "toy-rule (warning; routes: keras3, tf-keras)\n\n"
         "Finds `toy_old`, which a toy rule renames.\n\n"
-        "`--fix` rewrites what it finds, where it can. More in tf_lso's "
+        "`--fix` rewrites what it finds, where it can. More in tf_lso's\n"
         "docs/migration.md, \"Other things you will hit\".")
 
 

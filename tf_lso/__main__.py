@@ -30,7 +30,7 @@ _RUN_EXAMPLE = "{prog} run old_train.py --epochs 3"
 _CHECK_EXAMPLES = (
     "  {prog} check src/ notebooks/\n"
     "  {prog} check --format sarif --fail-on warning src/ > tf_lso.sarif\n"
-    "  {prog} check --route tf-keras src/   # TF_USE_LEGACY_KERAS=1 code\n"
+    "  {prog} check --route tf-keras src/ # TF_USE_LEGACY_KERAS=1 code\n"
     "  {prog} check --fix src/            # preview the rewrite\n"
     "  {prog} check --fix --write src/    # apply it (needs LibCST)\n"
     "  {prog} rule legacy-name            # what a rule finds, and why"

@@ -17,6 +17,7 @@ import ast
 import collections
 import inspect
 import re
+import textwrap
 
 from tf_lso._migration import legacy_names
 
@@ -78,9 +79,10 @@ class Rule:
                else "`--fix` leaves what it finds to you.")
         return "\n\n".join(filter(None, (
             f"{self.id} ({self.severity}; {noun}: {', '.join(self.routes)})",
-            f"Finds {self.summary}.",
+            textwrap.fill(f"Finds {self.summary}.", 72),
             self.explanation,
-            f"{fix} More in tf_lso's docs/migration.md, \"{self.section}\".",
+            textwrap.fill(f"{fix} More in tf_lso's docs/migration.md, "
+                          f"\"{self.section}\".", 72),
         )))
 
     def visit(self, node, context):

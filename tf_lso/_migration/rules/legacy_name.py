@@ -23,11 +23,12 @@ class LegacyName(rule.Rule):
     Keras 3's different API); `--fix` rewrites it to tf_lso's where
     tf_lso provides it
 
-    TF 2.1-2.3's `tf.keras.mixed_precision.experimental` module, the loss
-    scale classes `tf.mixed_precision.experimental.*` and
+    TF 2.1-2.3's `tf.keras.mixed_precision.experimental` module and the
+    loss scale classes `tf.mixed_precision.experimental.*` and
     `tf.train.experimental.*` (`LossScale`, `FixedLossScale`,
-    `DynamicLossScale`) and TF 2.x's private `tensorflow.python.keras`
-    modules are gone from TensorFlow 2.16+. tf_lso has each of them under
+    `DynamicLossScale`) are gone from TensorFlow 2.16+; TF 2.x's private
+    `tensorflow.python.keras` modules are a frozen copy whose optimizers
+    neither Keras 3 nor tf_keras accept. tf_lso has each of them under
     `tf_lso.experimental` (TF 2.1-2.3's API), and TF 2.4's
     `LossScaleOptimizer(opt, dynamic, initial_scale, dynamic_growth_steps)`
     as `tf_lso.LossScaleOptimizer`. `--fix` rewrites the names and the

@@ -40,8 +40,9 @@ class VariableNameSuffix(rule.Rule):
     and what it drove (weight decay, freezing, per-variable learning
     rates) silently does nothing. Match `v.path` without the `:0`.
     Reported in strings passed to the `re` functions or to `str` methods of
-    a `.name`, compared with a `.name`, or bound to a name (an assignment
-    or a parameter default in the same function) that is used so.
+    a `.name`, compared with a `.name`, or bound to a name that is used
+    so (its one assignment, or a parameter default, in the function or
+    module that reads it).
 
     Only where `tf.keras` is Keras 3: tf_keras keeps the `:0`.
     """
