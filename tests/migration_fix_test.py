@@ -394,7 +394,9 @@ def _outcomes(runs, tmp_path):
 @migration_util.needs_tensorflow
 @migration_util.needs_libcst
 def test_every_fixed_snippet_runs_as_the_original_does(tmp_path):
-    originals = _test_snippets()
+    # A line silenced by `# tf-lso: ignore` is left unfixed by design.
+    originals = {name: source for name, source in _test_snippets().items()
+                 if "tf-lso: ignore" not in source}
     assert len(originals) > 50
     fixed = {}
     for name, source in originals.items():
