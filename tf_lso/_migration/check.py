@@ -2,9 +2,11 @@
 
 Standard library only (`ast`, `json`), so it needs no optional extra. The
 rules are `rules.RULES` (one module each in `rules/`): this walks a file's
-tree once and hands each node to the rules that visit its type. Each
-finding names its rule, with the rule's severity and the section of
-docs/migration.md that explains it.
+tree once and hands each node to the rules that visit its type (those
+that hold on the route, `Options`). Each finding names its rule, whose
+severity and documentation (`tf-lso rule ID`) are the rule's. Also which
+files a run reads (`python_files`: exclusions, named files that are not
+Python) and where a notebook's code is in its JSON text.
 """
 
 import ast
@@ -54,7 +56,6 @@ class Options:
         return (self.runs(rules.RULES[rule_id])
                 and (not self.select or rule_id in self.select)
                 and rule_id not in self.ignore)
-
 
 
 @dataclasses.dataclass(frozen=True)
