@@ -567,10 +567,11 @@ def test_help_lists_the_rules_and_version(capsys):
     import tf_lso
     from tf_lso._migration import rules
 
-    with pytest.raises(SystemExit):
-        cli.main(["check", "--help"])
-    out = capsys.readouterr().out
-    assert all(rule_id in out for rule_id in rules.RULES)
+    for command in (["check"], ["rule"], []):
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        out = capsys.readouterr().out
+        assert all(rule_id in out for rule_id in rules.RULES), command
     with pytest.raises(SystemExit) as done:
         cli.main(["--version"])
     assert done.value.code == 0

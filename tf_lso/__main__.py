@@ -61,7 +61,8 @@ def main(argv=None, prog="python -m tf_lso"):
         "TensorFlow, with the legacy names provided by tf_lso; check a code "
         "base for what needs changing.",
         epilog=f"examples:\n  {_RUN_EXAMPLE.format(prog=prog)}\n"
-        f"{_CHECK_EXAMPLES.format(prog=prog)}\nsee docs/migration.md",
+        f"{_CHECK_EXAMPLES.format(prog=prog)}\n{_rules_epilog(prog)}\n"
+        "see docs/migration.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version",
