@@ -74,7 +74,7 @@ class LegacyName(rule.Rule):
             return True
         if legacy_names.is_legacy(base):
             return False  # Reported where the legacy base was imported.
-        context.report(node, self.id, _message(name, new))
+        context.report(node, self.id, _message(name, new, context.route))
         return True
 
     def _not_provided(self, node, name, context):
@@ -107,7 +107,7 @@ class LegacyName(rule.Rule):
         new = legacy_names.replacement(name)
         if new is None or not legacy_names.is_legacy_on(name, context.route):
             return
-        message = _message(name, new)
+        message = _message(name, new, context.route)
         fixable = local not in context.unprovided
         if not fixable:
             message += (f" `--fix` leaves this import: names that tf_lso "
@@ -119,12 +119,17 @@ class LegacyName(rule.Rule):
         return _fix_module(module, tree, cst, lines, route)
 
 
-def _message(name, new):
+def _message(name, new, route):
     if name == "tf.keras.mixed_precision.LossScaleOptimizer":
         return ("On TensorFlow 2.16+ `tf.keras.mixed_precision."
                 "LossScaleOptimizer` is Keras 3's class (no `dynamic`, no "
                 "`get_scaled_loss`); TF 2.4's is `tf_lso.LossScaleOptimizer`.")
-    return f"`{name}` no longer exists on TensorFlow 2.16+; use `{new}`."
+    message = f"`{name}` no longer exists on TensorFlow 2.16+; use `{new}`."
+    if route == "tf-keras" and new == EXPERIMENTAL_LSO:
+        message += (" On tf_keras, `model.compile` takes only tf_keras's own "
+                    "`tf.keras.mixed_precision.LossScaleOptimizer` (TF 2.4's "
+                    "API); tf_lso's works in custom loops.")
+    return message
 
 
 # -- The rewrite (LibCST) -----------------------------------------------------
