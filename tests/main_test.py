@@ -239,7 +239,8 @@ def _section(text, heading):
 
 def test_readme_installs_from_what_exists():
     # tf_lso is not on the package index: a clone, or a wheel built there.
-    install = _section((ROOT / "README.md").read_text(), "## Install")
+    install = " ".join(
+        _section((ROOT / "README.md").read_text(), "## Install").split())
     assert 'pip install ".[tensorflow]"' in install
     assert 'pip install --find-links=dist "tf_lso[tensorflow]"' in install
     assert "python -m pip wheel --no-deps -w dist ." in install
