@@ -983,6 +983,100 @@ class GradientAccumulationTest(tf.test.TestCase, parameterized.TestCase):
                          2 * test_util.num(ref.iterations))
         self.assertEqual(test_util.num(opt.dynamic_counter), 0)
 
+    @test_util.EAGER_AND_FUNCTION
+    def test_accumulators_stay_finite_mid_window(self, use_tf_function):
+        def make():
+            var = tf.Variable([1.0, -1.0])
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(0.5, momentum=0.9,
+                                     gradient_accumulation_steps=3),
+                initial_scale=8, dynamic_growth_steps=1)
+            step = test_util.maybe_function(
+                lambda g: opt.apply_gradients([(g, var)]), use_tf_function)
+            return var, opt, step
+
+        def accumulators(opt):
+            return [v.numpy().tolist() for v in opt.inner_optimizer.variables
+                    if "accumulator" in v.name]
+
+        var, opt, step = make()
+        step(tf.constant([1.0, 0.5]))
+        step(tf.constant([float("inf"), 1.0]))
+        # The window is lost at once: its accumulators are emptied (they
+        # never hold the non-finite value), the scale backs off, the skip
+        # is counted; no variable or other slot changes.
+        self.assertEqual(accumulators(opt), [[0.0, 0.0]])
+        self.assertAllEqual(var, [1.0, -1.0])
+        self.assertEqual(float(opt.loss_scale), 4.0)
+        self.assertEqual(test_util.num(opt.skipped_steps), 1)
+        # Saved mid-window, restored into a new optimizer.
+        # (skipped_steps as an entry of its own, as docs/keras.md shows.)
+        prefix = tf.train.Checkpoint(
+            var=var, opt=opt, skipped_steps=opt.skipped_steps).save(
+                self.get_temp_dir() + "/ckpt")
+        restored_var, restored_opt, restored_step = make()
+        restored_opt.build([restored_var])
+        tf.train.Checkpoint(
+            var=restored_var, opt=restored_opt,
+            skipped_steps=restored_opt.skipped_steps).restore(
+                prefix).assert_consumed()
+        for v, o, s in ((var, opt, step),
+                        (restored_var, restored_opt, restored_step)):
+            s(tf.constant([2.0, 2.0]))  # Ends the lost window.
+            self.assertAllEqual(v, [1.0, -1.0])
+            self.assertEqual(float(o.loss_scale), 4.0)  # Backed off once.
+            self.assertEqual(test_util.num(o.skipped_steps), 1)
+            self.assertEqual(test_util.num(o.iterations), 1)
+            self.assertEqual(accumulators(o), [[0.0, 0.0]])
+            for g in ([1.0, 1.0], [2.0, 0.0], [0.0, 4.0]):
+                s(tf.constant(g))
+        # The next window applies as the bare optimizer's first one.
+        ref_var = tf.Variable([1.0, -1.0])
+        ref = keras.optimizers.SGD(0.5, momentum=0.9,
+                                   gradient_accumulation_steps=3)
+        ref_step = test_util.maybe_function(  # Traced alike.
+            lambda g: ref.apply_gradients([(g, ref_var)]), use_tf_function)
+        for g in ([1.0, 1.0], [2.0, 0.0], [0.0, 4.0]):
+            ref_step(tf.constant(g))
+        self.assertAllEqual(var, ref_var)
+        self.assertAllEqual(var, restored_var)
+        for a, b in zip(opt.inner_optimizer.variables,
+                        restored_opt.inner_optimizer.variables):
+            self.assertAllEqual(a, b)
+
+    def test_accumulators_stay_finite_mid_window_in_keras_files(self):
+        var = tf.Variable([1.0, -1.0])
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(0.5, gradient_accumulation_steps=3))
+        model.compile(opt, "mse")
+        del var
+        variables = model.trainable_variables
+        opt.apply_gradients(zip([tf.ones_like(v) for v in variables],
+                                variables))
+        opt.apply_gradients(zip(
+            [tf.fill(v.shape, float("inf")) for v in variables], variables))
+        path = self.get_temp_dir() + "/mid_window.weights.h5"
+        model.save_weights(path)
+        other = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        other_opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(0.5, gradient_accumulation_steps=3))
+        other.compile(other_opt, "mse")
+        other_opt.build(other.trainable_variables)
+        other.load_weights(path)
+        for o in (opt, other_opt):
+            accumulators = [v.numpy() for v in o.inner_optimizer.variables
+                            if "accumulator" in v.name]
+            self.assertTrue(all(np.all(a == 0) for a in accumulators))
+        # The window's end is skipped after the restore too.
+        before = [v.numpy() for v in other.trainable_variables]
+        other_opt.apply_gradients(zip(
+            [tf.ones_like(v) for v in other.trainable_variables],
+            other.trainable_variables))
+        for a, b in zip(before, other.trainable_variables):
+            self.assertAllEqual(a, b)
+        self.assertEqual(test_util.num(other_opt.skipped_steps), 1)
+
     def test_fit_skips_the_window_with_an_overflowing_batch(self):
         rng = np.random.default_rng(3)
         x = rng.normal(size=(64, 4)).astype("float32")

@@ -137,9 +137,14 @@ class InnerOptimizer(abc.ABC):
         """What a skipped step does instead of `apply`: counts the step."""
         self.optimizer.iterations.assign_add(1)
 
+    @property
+    def accumulation_steps(self) -> int | None:
+        """The calls a gradient accumulation window has, or None."""
+        return None  # Only Keras 3 optimizers accumulate.
+
     def accumulation_window(self, var_list: list) -> tuple | None:
         """`(is_window_end, accumulators)` with gradient accumulation, else None."""
-        del var_list  # Only Keras 3 optimizers accumulate.
+        del var_list
         return None
 
     @property

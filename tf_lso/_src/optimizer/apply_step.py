@@ -43,6 +43,13 @@ class ApplyStep(tf.Module):
             0, tf.int64, "skipped_steps"
         )
         inner.skipped_steps = self.skipped_steps
+        # With gradient accumulation: whether an earlier call of the current
+        # window was not finite (the window is then dropped at its end). It
+        # is checkpointed, so that a window restored mid-way stays dropped.
+        self.window_overflowed = None
+        if inner.accumulation_steps:
+            self.window_overflowed = replicas.state_variable(
+                False, tf.bool, "window_overflowed")
 
     def __call__(self, packed, var_list, name, aggregate):
         """Runs the step.
@@ -65,7 +72,8 @@ class ApplyStep(tf.Module):
         # else would order the read first.
         scale = self._loss_scale()
         with tf.control_dependencies([scale]):
-            update_op, should_apply, checked = self._check(packed, var_list)
+            update_op, should_apply, checked, window = self._check(
+                packed, var_list)
         names_id = self._overflow.names_id_for(var_list)
 
         def apply_fn(values, aux, var_list):
@@ -76,7 +84,19 @@ class ApplyStep(tf.Module):
             return self._inner.apply(list(zip(grads, var_list)), name,
                                      aggregate)
 
-        def skip_fn(values, scale):
+        def skip_fn(values, scale, *window):
+            if not window:
+                return count_skip(values, scale)
+            # A window is dropped at its first non-finite call: the skip is
+            # counted then; its later calls are dropped with it.
+            first_overflow, window_end = map(replicas.first_replica, window)
+            tf.cond(first_overflow,
+                    lambda: count_skip(values, scale) or tf.constant(True),
+                    lambda: self._inner.skip_step() or tf.constant(False))
+            self.window_overflowed.assign(tf.logical_not(window_end))
+            return None
+
+        def count_skip(values, scale):
             # Only skipped steps pay for finding the offending variables.
             nonfinite = replicas.summed(
                 checked.nonfinite_per_gradient, values)
@@ -94,7 +114,7 @@ class ApplyStep(tf.Module):
         step_op = replicas.cond_on_all_replicas(
             should_apply, apply_fn, skip_fn,
             args=(packed.values, packed.aux, var_list),
-            false_args=(checked.values, scale),
+            false_args=(checked.values, scale, *window),
         )
         if v1_graph:
             return replicas.grouped((update_op, step_op))
@@ -104,29 +124,31 @@ class ApplyStep(tf.Module):
         """Updates the loss scale.
 
         With gradient accumulation on the inner optimizer, the loss scale
-        sees one step per window: at the window's last `apply` it checks the
-        window's summed gradients, so a non-finite gradient anywhere in the
-        window skips the whole window's update with a single back-off.
-        Earlier calls accumulate without a check.
+        sees one step per window: every call checks the window's sums so
+        far (this call's gradients included), so that the accumulators
+        never hold a non-finite value. The window's first non-finite call
+        skips the whole window: it empties the accumulators and backs off
+        once, and the window's later calls are dropped up to its end.
 
         Returns:
             (the loss scale's update op, whether to call the inner apply,
-            the gradients checked).
+            the gradients checked, and with accumulation the tensors
+            `skip_fn` needs: whether this is the window's first non-finite
+            call, and whether it ends the window).
         """
         window = self._inner.accumulation_window(var_list)
         if window is None:
-            return (*self._loss_scale._update_packed(packed), packed)
+            return (*self._loss_scale._update_packed(packed), packed, ())
         is_window_end, accumulators = window
         sums = packing.pack([
             None if g is None else tf.convert_to_tensor(g) + acc
             for g, acc in zip(packed.unpack(), accumulators)
         ])
-        update_op, is_finite = self._loss_scale._update_packed(
-            sums, window_end=is_window_end
-        )
-        if not isinstance(is_finite, bool):
-            is_finite = tf.logical_or(is_finite, tf.logical_not(is_window_end))
-        return update_op, is_finite, sums
+        update_op, should_apply, first_overflow = (
+            self._loss_scale._update_window(
+                sums, is_window_end, self.window_overflowed))
+        return (update_op, should_apply, sums,
+                (tf.convert_to_tensor(first_overflow), is_window_end))
 
 
 def _one_op(fn):

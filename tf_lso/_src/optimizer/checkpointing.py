@@ -24,7 +24,10 @@ stop tf_lso's checkpoints from restoring into TF 2.4's classes, and theirs
 into tf_lso. Users who want `skipped_steps` in a checkpoint add it as an entry
 of its own (`tf.train.Checkpoint(..., skipped_steps=opt.skipped_steps)`).
 Keras's own files (`.keras`, `.weights.h5`) have room: see
-`LayoutCheckpointing.save_own_variables`.
+`LayoutCheckpointing.save_own_variables`. One more child exists only with a
+Keras 3 inner optimizer's gradient accumulation, which TF 2.4 did not have:
+`window_overflowed`, without which a window restored mid-way after a
+non-finite call would be applied in part instead of dropped.
 
 The methods below implement TensorFlow's `Trackable` protocol; every call
 into another object's private tracking API goes through `compat`.
@@ -40,6 +43,7 @@ from tf_lso._src import compat
 LOSS_SCALE = "loss_scale"
 BASE_OPTIMIZER = "base_optimizer"
 APPLY_STEP = "apply_step"
+WINDOW_OVERFLOWED = "window_overflowed"
 _KERAS_INNER = "inner_optimizer"
 # In Keras files: the inner optimizer's class name.
 _INNER_KIND = "inner_optimizer_class"
@@ -83,14 +87,21 @@ class Layout:
         if self.loss_scale.variables:
             children[LOSS_SCALE] = self.loss_scale
         children[BASE_OPTIMIZER] = self._base_optimizer_view
+        if self._step.window_overflowed is not None:
+            # Gradient accumulation (Keras 3 only: no TF 2.4 layout to keep).
+            children[WINDOW_OVERFLOWED] = self._step.window_overflowed
         if compat.is_saved_model(save_type):
             children[APPLY_STEP] = self._step
         return children
 
     def file_state(self):
         """What Keras's files hold of the optimizer itself, in order: the
-        loss scale's variables, then `skipped_steps`."""
-        return list(self.loss_scale.variables) + [self._step.skipped_steps]
+        loss scale's variables, then `skipped_steps`, then with gradient
+        accumulation `window_overflowed`."""
+        state = list(self.loss_scale.variables) + [self._step.skipped_steps]
+        if self._step.window_overflowed is not None:
+            state.append(self._step.window_overflowed)
+        return state
 
     def inner_kind(self):
         """The inner optimizer's class name."""
@@ -104,6 +115,8 @@ class Layout:
             return self._base_optimizer_view
         if name == APPLY_STEP:
             return self._step
+        if name == WINDOW_OVERFLOWED:
+            return self._step.window_overflowed
         if name == _KERAS_INNER:
             return self._keras_inner_view
         if name in _KERAS_STATE:
@@ -183,8 +196,8 @@ class LayoutCheckpointing:
     def load_own_variables(self, store):
         """Loads what `save_own_variables` saved.
 
-        Files written before `skipped_steps` was saved hold the loss scale
-        state only; it is loaded, and `skipped_steps` stays as it is.
+        Files written before `skipped_steps` (or `window_overflowed`) was
+        saved hold less; what they hold is loaded, the rest stays as it is.
 
         Args:
             store: The dict-like store Keras passes.
@@ -213,9 +226,10 @@ class LayoutCheckpointing:
                     f"compiled with a LossScaleOptimizer around {saved}."
                 )
         variables = layout.file_state()
-        scale_only = layout.loss_scale.variables
-        if len(keys) == len(scale_only):
-            variables = scale_only
+        if len(layout.loss_scale.variables) <= len(keys) < len(variables):
+            # Older files: the loss scale state only, or no
+            # `window_overflowed` yet.
+            variables = variables[:len(keys)]
         if len(keys) != len(variables):
             warnings.warn(
                 f"Skipping loading the loss scale of optimizer "

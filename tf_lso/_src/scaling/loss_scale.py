@@ -86,7 +86,7 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
     def get_config(self) -> dict[str, Any]:
         """Returns the constructor arguments of this loss scale as a dict."""
 
-    def _update_packed(self, packed, window_end=None):
+    def _update_packed(self, packed):
         """`update` for gradients the optimizer packed (`packing.Packed`).
 
         A user's subclass sees the gradients as they are; tf_lso's own loss
@@ -95,18 +95,34 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
 
         Args:
             packed: The gradients.
-            window_end: With gradient accumulation, a bool tensor: the state
-                changes only where it is True (the gradients are then the
-                window's sums). None otherwise.
         """
-        if window_end is not None:
-            raise NotImplementedError(
-                "Gradient accumulation (`gradient_accumulation_steps` on the "
-                "inner optimizer) needs a FixedLossScale or DynamicLossScale. "
-                f"Received: loss_scale={self!r}. Accumulate gradients "
-                "yourself, or use one of those two classes."
-            )
         return self.update(packed.unpack())
+
+    def _update_window(self, packed, window_end, overflowed):
+        """`update` for one call of a gradient accumulation window.
+
+        The state changes at most once a window: it backs off at the
+        window's first non-finite call, and counts a good step at the end
+        of a window that had none.
+
+        Args:
+            packed: The window's sums so far, this call's gradients included.
+            window_end: A bool tensor: whether this call ends the window.
+            overflowed: The bool variable that says whether an earlier call
+                of this window was not finite.
+
+        Returns:
+            `(update_op, should_apply, first_overflow)`: whether this call
+            accumulates (or applies) its gradients, and whether it is the
+            window's first non-finite call (the one that counts the skip).
+        """
+        del packed, window_end, overflowed
+        raise NotImplementedError(
+            "Gradient accumulation (`gradient_accumulation_steps` on the "
+            "inner optimizer) needs a FixedLossScale or DynamicLossScale. "
+            f"Received: loss_scale={self!r}. Accumulate gradients "
+            "yourself, or use one of those two classes."
+        )
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> LossScale:
@@ -204,8 +220,13 @@ class FixedLossScale(LossScale):
         del grads
         return tf.no_op() if not tf.executing_eagerly() else None, True
 
-    def _update_packed(self, packed, window_end=None):
+    def _update_packed(self, packed):
         return self.update(packed.values)
+
+    def _update_window(self, packed, window_end, overflowed):
+        del window_end, overflowed  # A fixed scale never skips (TF 2.4).
+        update_op, should_apply = self.update(packed.values)
+        return update_op, should_apply, False
 
     def get_config(self) -> dict[str, Any]:
         """Returns `{'loss_scale_value': <float>}`."""
@@ -318,8 +339,22 @@ class DynamicLossScale(LossScale):
         update_op, _ = self._update_state(is_finite)
         return update_op, is_finite
 
-    def _update_packed(self, packed, window_end=None):
-        return self._update_state(replicas.all_finite(packed), window_end)
+    def _update_packed(self, packed):
+        return self._update_state(replicas.all_finite(packed))
+
+    def _update_window(self, packed, window_end, overflowed):
+        overflowed = tf.convert_to_tensor(overflowed)
+        # A damaged scale counts as an overflow (see `_update_state`).
+        is_finite = tf.logical_and(
+            replicas.all_finite(packed),
+            _usable(tf.convert_to_tensor(self.current_loss_scale)))
+        should_apply = tf.logical_and(is_finite, tf.logical_not(overflowed))
+        first_overflow = tf.logical_not(tf.logical_or(is_finite, overflowed))
+        update_op, should_apply = self._update_state(
+            should_apply,
+            tf.logical_or(first_overflow,
+                          tf.logical_and(window_end, should_apply)))
+        return update_op, should_apply, first_overflow
 
     def _update_state(self, is_finite, active=None):
         """Assigns the next scale and counter; branch-free, so XLA-friendly.
@@ -327,7 +362,7 @@ class DynamicLossScale(LossScale):
         Args:
             is_finite: A bool scalar tensor: this step's verdict.
             active: None, or a bool scalar tensor: where False, nothing
-                changes (gradient accumulation, between window ends).
+                changes (gradient accumulation: see `_update_window`).
 
         Returns:
             `(update_op, is_finite)`, as `update` does.

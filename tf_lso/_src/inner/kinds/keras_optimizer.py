@@ -151,10 +151,15 @@ class KerasInner(inner_optimizer.InnerOptimizer):
             schedule, lambda: self.optimizer.learning_rate
         )
 
+    @property
+    def accumulation_steps(self):
+        return getattr(self.optimizer, "gradient_accumulation_steps",
+                       None) or None
+
     def skip_step(self):
         # With gradient accumulation it also empties the accumulators: the
         # window that the non-finite gradient reached is dropped as a whole.
-        if not getattr(self.optimizer, "gradient_accumulation_steps", None):
+        if not self.accumulation_steps:
             self.optimizer.iterations.assign_add(1)
             return
         compat.keras_step_counter(self.optimizer).assign_add(1)
@@ -166,7 +171,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
     def accumulation_window(self, var_list):
         # `is_window_end` is True when this `apply` call ends a window and
         # updates the variables; `accumulators` hold the window's sums.
-        steps = getattr(self.optimizer, "gradient_accumulation_steps", None)
+        steps = self.accumulation_steps
         if not steps:
             return None
         counter = compat.keras_step_counter(self.optimizer)
