@@ -332,6 +332,20 @@ _RUNNER = textwrap.dedent("""\
     if sys.argv[1:] == ["install"]:
         import tf_lso
         tf_lso.install()
+    def origin(error):
+        # The module an error comes from: the one an import or attribute
+        # lookup failed on, else the one whose code raised it.
+        if isinstance(error, ImportError) and error.name:
+            return error.name
+        obj = getattr(error, "obj", None)  # AttributeError, Python 3.10+.
+        if isinstance(error, AttributeError) and obj is not None:
+            return getattr(obj, "__name__", None) if isinstance(
+                obj, type(sys)) else type(obj).__module__
+        tb = error.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        return "" if tb is None else tb.tb_frame.f_globals.get("__name__", "")
+
     outcomes = []
     for name, source in json.load(sys.stdin):
         sys.argv = [name]  # As `run` sets it: the script, no arguments.
@@ -339,9 +353,9 @@ _RUNNER = textwrap.dedent("""\
         try:
             with contextlib.redirect_stdout(out):
                 exec(compile(source, name, "exec"), {"__name__": "__main__"})
-            outcome = ["ok", out.getvalue()]
+            outcome = ["ok", out.getvalue(), ""]
         except BaseException as e:  # SystemExit too: the snippet's outcome.
-            outcome = [type(e).__name__, str(e)]
+            outcome = [type(e).__name__, str(e), origin(e)]
         # Object addresses differ between runs.
         outcomes.append([re.sub(r"0x[0-9a-f]+", "0x", part)
                          for part in outcome])
@@ -424,11 +438,33 @@ def _as_good(original, fixed):
     """
     if fixed == original:
         return True
-    kind, message = original
+    kind, message, _ = original
     missing_legacy_name = kind in (
         "ImportError", "ModuleNotFoundError", "AttributeError") and (
         "tensorflow" in message or "keras" in message)
-    return missing_legacy_name and "tf_lso" not in fixed[1]
+    # Judged by the module the error comes from, not by the message (which
+    # holds paths: a clone in a folder named tf_lso has it in every one).
+    raised_in = fixed[2] or ""
+    on_tf_lso = raised_in == "tf_lso" or raised_in.startswith("tf_lso.")
+    return missing_legacy_name and not on_tf_lso
+
+
+def test_a_failure_is_judged_by_its_module_not_by_its_path():
+    original = ["AttributeError",
+                "module 'tensorflow' has no attribute 'contrib'",
+                "tensorflow"]
+    in_a_clone_named_tf_lso = (
+        "/home/u/tf_lso/.venv/lib/python3.11/site-packages/keras/src/x.py")
+    assert _as_good(original, [
+        "ValueError", f"bad input ({in_a_clone_named_tf_lso})",
+        "keras.src.x"])
+    assert not _as_good(original, [
+        "ValueError", "bad input", "tf_lso._src.optimizer.settings"])
+    assert not _as_good(original, [
+        "ModuleNotFoundError", "No module named 'tf_lso.contrib'",
+        "tf_lso.contrib"])
+    assert not _as_good(["ValueError", "bad input", "keras.src.x"],
+                        ["TypeError", "bad input", "keras.src.x"])
 
 
 # -- `--fix` obeys what `check` obeys (issue 42) ---------------------------
