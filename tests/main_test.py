@@ -264,10 +264,6 @@ def test_fix_without_libcst_names_what_pip_can_install():
     assert "`pip install 'libcst>=1.1'`" in fix._LIBCST_ADVICE
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the advice is tf_lso/_src/compat.py's _INSTALL_HINT, outside the "
-    "migration tool: it still says pip install 'tf_lso[tensorflow]', which "
-    "the package index cannot give (issue 42, item 8)"))
 def test_runtime_advice_installs_tensorflow_not_tf_lso_from_an_index(
         tmp_path):
     done = _python(_BLOCK + "import tf_lso; tf_lso.LossScaleOptimizer",

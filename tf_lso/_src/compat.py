@@ -21,9 +21,9 @@ MIN_KERAS = (3, 8)
 # have it.
 
 _INSTALL_HINT = (
-    "Install TensorFlow 2.16 or newer with `pip install 'tensorflow>=2.16'` "
-    "(or `pip install 'tensorflow-cpu>=2.16'`), or install tf_lso with its "
-    "extra: `pip install 'tf_lso[tensorflow]'`."
+    "Install TensorFlow 2.16 or newer with `pip install 'tensorflow>=2.16' "
+    "'keras>=3.8'` (or `pip install 'tensorflow-cpu>=2.16' 'keras>=3.8'`); "
+    "in a clone of tf_lso, `pip install -e '.[tensorflow]'` does both."
 )
 
 
