@@ -2,10 +2,11 @@
 
     nox -t ci      # lint, the migration tool without TensorFlow, the
                    # packages as installed, then the oldest and the newest
-                   # pair (the README's test command)
+                   # pair, on both routes (the README's test command)
     nox -s tests   # every pair of the matrix
     nox -s lint    # ruff (configured in ruff.toml)
     nox -s checker # `python -m tf_lso check` and its tests, no TensorFlow
+    nox -s legacy_keras  # the legacy-Keras route (TF_USE_LEGACY_KERAS=1)
     nox -s package # wheel + sdist, twine check, a clean install's smoke test
     nox -s "tests(tf2.18.1-keras3.8.0)"   # one pair; `-- -k name` picks tests
     nox -s older_pythons   # the oldest pair on Python 3.9 and 3.10 (needs
@@ -27,7 +28,7 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "checker", "package", "tests"]
+nox.options.sessions = ["lint", "checker", "package", "tests", "legacy_keras"]
 RUFF = "ruff==0.16.9"
 
 # (TensorFlow, Keras, tf_keras, tags). Every TensorFlow minor version from 2.16
@@ -149,6 +150,27 @@ def package(session):
 def tests(session, tensorflow, keras, tf_keras):
     """Runs the whole test suite on one TensorFlow/Keras pair."""
     _run_suite(session, tensorflow, keras, tf_keras)
+
+
+# The legacy-Keras route: `TF_USE_LEGACY_KERAS=1` before TensorFlow starts,
+# so `tf.keras` is tf_keras 2.x (elsewhere these tests skip).
+LEGACY_KERAS_TESTS = ("tests/legacy_keras_route_test.py",)
+
+
+@nox.session(python="3.11")
+@nox.parametrize(
+    ("tensorflow", "keras", "tf_keras"),
+    [
+        nox.param(tf, keras, tf_keras, id=f"tf{tf}-keras{keras}",
+                  tags=tags)
+        for tf, keras, tf_keras, tags in MATRIX
+    ],
+)
+def legacy_keras(session, tensorflow, keras, tf_keras):
+    """The legacy-Keras route's tests on one pair, with TF_USE_LEGACY_KERAS=1."""
+    _install(session, tensorflow, keras, tf_keras)
+    session.run("python", "-m", "pytest", "-q", *LEGACY_KERAS_TESTS,
+                *session.posargs, env={"TF_USE_LEGACY_KERAS": "1"})
 
 
 @nox.session(python=["3.9", "3.10"])

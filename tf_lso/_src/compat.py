@@ -424,3 +424,18 @@ def keras_apply_without_ema(optimizer):
             if not state["_tf_lso_no_ema"]:
                 del state["_tf_lso_no_ema"]
                 state["use_ema"] = True
+
+
+def tf_keras_is_tf_keras():
+    """Whether `tf.keras` is tf_keras 2.x (`TF_USE_LEGACY_KERAS=1`).
+
+    TensorFlow 2.16+ decides when it is imported (and its lazy `tf.keras`
+    once more on first use); asking what `tf.keras.Model` is gives what
+    `tf.keras` attribute access really gives in every state, also after
+    `import tensorflow.keras` replaced the lazy loader. The environment
+    variable alone is not reliable: only three spellings count, and it may
+    have changed after TensorFlow was imported.
+    """
+    import tensorflow as tf
+
+    return tf.keras.Model.__module__.split(".")[0] == "tf_keras"

@@ -26,6 +26,7 @@ import functools
 import keras
 
 from tf_lso._src import compat
+from tf_lso._src.legacy_api import tf_keras_face
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 from tf_lso._src.optimizer import loss_scale_optimizer as v2
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
@@ -50,12 +51,17 @@ class LossScalePolicy(abc.ABC):
 def enable(*, wrap_mixed_float16: bool | None = None) -> None:
     """Makes `keras.Model.compile` apply `compile_optimizer` (idempotent).
 
+    On the legacy-Keras route tf_keras's `Model.compile` is hooked too
+    (`tf_keras_face.compile_optimizer`).
+
     Args:
         wrap_mixed_float16: If not None, sets whether a plain
             `'mixed_float16'` Keras policy wraps in `tf_lso.LossScaleOptimizer`.
     """
     if wrap_mixed_float16 is not None:
         _switch["wrap_mixed_float16"] = bool(wrap_mixed_float16)
+    if compat.tf_keras_is_tf_keras():
+        _enable_tf_keras()
     owner = compat.keras_compile_owner()
     original = vars(owner)["compile"]
     if getattr(original, "_tf_lso_original", None) is not None:
@@ -76,9 +82,39 @@ def enable(*, wrap_mixed_float16: bool | None = None) -> None:
     owner.compile = compile
 
 
+def _enable_tf_keras():
+    tf_keras_face.face_class()  # Made and registered: load_model finds it.
+    model_class = compat.tf_keras_module().Model
+    original = vars(model_class).get("compile")
+    if original is None or getattr(original, "_tf_lso_original", None):
+        return
+
+    @functools.wraps(original)
+    def compile(self, optimizer="rmsprop", *args, **kwargs):
+        policy = keras.mixed_precision.global_policy()
+        if not isinstance(policy, LossScalePolicy):
+            policy = None
+        optimizer = tf_keras_face.compile_optimizer(self, optimizer, policy)
+        return original(self, optimizer, *args, **kwargs)
+
+    compile._tf_lso_original = original
+    model_class.compile = compile
+
+
+def _disable_tf_keras():
+    tf_keras = compat.tf_keras_module()
+    if tf_keras is None:
+        return
+    hooked = vars(tf_keras.Model).get("compile")
+    original = getattr(hooked, "_tf_lso_original", None)
+    if original is not None:
+        tf_keras.Model.compile = original
+
+
 def disable() -> None:
     """Restores `keras.Model.compile` as Keras defines it; wrapping stops."""
     _switch["wrap_mixed_float16"] = False
+    _disable_tf_keras()
     owner = compat.keras_compile_owner()
     original = getattr(vars(owner)["compile"], "_tf_lso_original", None)
     if original is not None:

@@ -36,6 +36,13 @@ def _set(owner, name, value):
     setattr(owner, name, value)
 
 
+def _is_tf_keras(value):
+    """Whether `value` is tf_keras's: a name that works on the legacy-Keras
+    route (`tf.keras.mixed_precision.LossScaleOptimizer` there is TF 2.4's
+    class, kept by tf_keras), which `install()` leaves alone."""
+    return getattr(value, "__module__", "").split(".")[0] == "tf_keras"
+
+
 def _register(name, module):
     _modules.append((name, sys.modules.get(name, _MISSING)))
     sys.modules[name] = module
@@ -128,6 +135,11 @@ def install() -> None:
     `model.compile` under a `'mixed_float16'` policy then wraps the optimizer
     in `tf_lso.LossScaleOptimizer` instead of Keras 3's class.
 
+    On the legacy-Keras route (`TF_USE_LEGACY_KERAS=1`: `tf.keras` is
+    tf_keras 2.x) only what tf_keras lacks is provided: the names tf_keras
+    kept (its `tf.keras.mixed_precision.LossScaleOptimizer`, TF 2.4's
+    class) stay tf_keras's.
+
     >>> tf_lso.install()
     >>> (tf.keras.mixed_precision.experimental.LossScaleOptimizer
     ...  is tf_lso.experimental.LossScaleOptimizer)
@@ -151,7 +163,9 @@ def install() -> None:
         else:
             for owner_module in _modules_at(owner):
                 for attribute, value in attributes.items():
-                    _set(owner_module, attribute, value)
+                    if not _is_tf_keras(getattr(owner_module, attribute,
+                                                None)):
+                        _set(owner_module, attribute, value)
     compile_hook.enable(wrap_mixed_float16=True)
 
 

@@ -145,6 +145,17 @@ def set_policy(policy: Policy | keras.DTypePolicy | str | None) -> None:
         )
     compile_hook.enable()
     keras.mixed_precision.set_global_policy(policy)
+    if compat.tf_keras_is_tf_keras():
+        # The legacy-Keras route: `tf.keras` layers read tf_keras's global
+        # policy (which has no loss scale; `compile` reads it from here).
+        _tf_keras_mixed_precision().set_global_policy(
+            "float32" if policy.name == "_infer" else policy.name)
+
+
+def _tf_keras_mixed_precision():
+    import tensorflow as tf
+
+    return tf.keras.mixed_precision
 
 
 def global_policy() -> Policy:
@@ -152,9 +163,15 @@ def global_policy() -> Policy:
 
     Returns:
         The policy given to `set_policy`, or the Keras global policy as a
-        `Policy` with its `'auto'` loss scale.
+        `Policy` with its `'auto'` loss scale. On the legacy-Keras route,
+        a global policy set with tf_keras's own `set_global_policy` counts.
     """
-    return _as_policy(keras.mixed_precision.global_policy())
+    policy = _as_policy(keras.mixed_precision.global_policy())
+    if compat.tf_keras_is_tf_keras():
+        name = _tf_keras_mixed_precision().global_policy().name
+        if name != policy.name:
+            return Policy(name)
+    return policy
 
 
 def get_layer_policy(layer: keras.layers.Layer) -> Policy:
@@ -169,6 +186,13 @@ def get_layer_policy(layer: keras.layers.Layer) -> Policy:
     Raises:
         ValueError: If `layer` is not a Keras layer.
     """
+    tf_keras = compat.tf_keras_module()
+    if tf_keras is not None and isinstance(layer, tf_keras.layers.Layer):
+        # tf_keras's policies carry no loss scale: the global one's counts
+        # where the names agree.
+        policy = global_policy()
+        name = layer.dtype_policy.name
+        return policy if policy.name == name else Policy(name)
     if not isinstance(layer, keras.layers.Layer):
         raise ValueError(
             f"get_policy can only be called on a layer, but got: {layer!r}"

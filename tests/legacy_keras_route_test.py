@@ -1,0 +1,315 @@
+"""The legacy-Keras route: `TF_USE_LEGACY_KERAS=1`, `tf.keras` is tf_keras.
+
+These tests run only where `tf.keras` is tf_keras 2.x: the nox sessions
+`legacy_keras` set `TF_USE_LEGACY_KERAS=1` before TensorFlow starts (the
+README's test command runs them on the oldest and the newest pair).
+Elsewhere they skip.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_lso
+from tf_lso._src import compat
+
+pytestmark = pytest.mark.skipif(
+    not compat.tf_keras_is_tf_keras(),
+    reason="tf.keras is Keras 3 here; run with TF_USE_LEGACY_KERAS=1 "
+           "(nox -s legacy_keras).")
+
+ROOT = pathlib.Path(__file__).parents[1]
+EXAMPLES = ROOT / "examples" / "legacy"
+
+
+@pytest.fixture(autouse=True)
+def _uninstall():
+    yield
+    tf_lso.uninstall()
+    tf.keras.mixed_precision.set_global_policy("float32")
+    import keras
+
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def _data(rows=32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, 3)).astype("float32")
+    return x, (x.sum(axis=1, keepdims=True) / 3).astype("float32")
+
+
+def _model():
+    tf.keras.utils.set_random_seed(1)
+    return tf.keras.Sequential([
+        tf.keras.layers.Dense(4, activation="relu", input_shape=(3,)),
+        tf.keras.layers.Dense(1),
+        tf.keras.layers.Activation("linear", dtype="float32"),
+    ])
+
+
+def _fit(model, optimizer, epochs=2, **kwargs):
+    x, y = _data()
+    model.compile(optimizer, "mse")
+    history = model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False,
+                        verbose=0, **kwargs)
+    return history.history["loss"], [w.numpy() for w in model.weights]
+
+
+# -- 1. install() leaves what tf_keras has alone ---------------------------
+
+def test_install_leaves_tf_keras_names_alone():
+    tf_keras_lso = tf.keras.mixed_precision.LossScaleOptimizer
+    assert tf_keras_lso.__module__.startswith("tf_keras.")
+    tf_lso.install()
+    assert tf.keras.mixed_precision.LossScaleOptimizer is tf_keras_lso
+    from tensorflow.keras import mixed_precision
+
+    assert mixed_precision.LossScaleOptimizer is tf_keras_lso
+    # What tf_keras lacks is there.
+    assert mixed_precision.experimental.LossScaleOptimizer is (
+        tf_lso.experimental.LossScaleOptimizer)
+    assert tf.mixed_precision.experimental.DynamicLossScale is (
+        tf_lso.experimental.DynamicLossScale)
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.1))
+    assert isinstance(opt, tf_keras_lso)
+    model = _model()
+    model.compile(opt, "mse")  # Was: Could not interpret optimizer identifier.
+    assert model.optimizer is opt
+    tf_lso.uninstall()
+    assert not hasattr(tf.keras.mixed_precision, "experimental")
+
+
+# The TF 2.4 mixed precision guide's code, as tf_keras still runs it.
+_GUIDE = """
+import numpy as np
+import tensorflow as tf
+from tensorflow.keras import mixed_precision
+
+mixed_precision.set_global_policy('mixed_float16')
+tf.keras.utils.set_random_seed(0)
+inputs = tf.keras.Input(shape=(16,))
+x = tf.keras.layers.Dense(32, activation='relu')(inputs)
+x = tf.keras.layers.Dense(1)(x)
+outputs = tf.keras.layers.Activation('linear', dtype='float32')(x)
+model = tf.keras.Model(inputs, outputs)
+rng = np.random.default_rng(0)
+x_train = rng.normal(size=(256, 16)).astype('float32')
+y_train = x_train[:, :1] * 1e3
+model.compile(loss='mse',
+              optimizer=mixed_precision.LossScaleOptimizer(
+                  tf.keras.optimizers.SGD(1e-4)))
+history = model.fit(x_train, y_train, batch_size=32, epochs=2,
+                    shuffle=False, verbose=0)
+print('fit', [float(v) for v in history.history['loss']])
+
+optimizer = mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(1e-4))
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+        scaled_loss = optimizer.get_scaled_loss(loss)
+    grads = optimizer.get_unscaled_gradients(
+        tape.gradient(scaled_loss, model.trainable_variables))
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+print('loop', [float(train_step(x_train[i:i + 32], y_train[i:i + 32]))
+               for i in range(0, 256, 32)])
+print('scale', float(optimizer.loss_scale), float(model.optimizer.loss_scale))
+print('weights', [w.numpy().tolist() for w in model.weights])
+print('compute', model.layers[1].compute_dtype)
+"""
+
+
+def _run_script(tmp_path, source, *prefix):
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    done = subprocess.run(
+        [sys.executable, *prefix, str(script)], capture_output=True,
+        text=True, timeout=300,
+        env={**os.environ, "TF_USE_LEGACY_KERAS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_tf24_guide_runs_the_same_through_run(tmp_path):
+    alone = _run_script(tmp_path, _GUIDE)
+    through_run = _run_script(tmp_path, _GUIDE, "-m", "tf_lso", "run")
+    assert "compute float16" in alone
+    assert through_run == alone
+
+
+# -- 2. The experimental policy drives tf_keras's --------------------------
+
+def test_set_policy_makes_tf_keras_layers_compute_in_float16():
+    tf_lso.install()
+    mp = tf.keras.mixed_precision.experimental
+    policy = mp.Policy("mixed_float16")
+    mp.set_policy(policy)
+    layer = tf.keras.layers.Dense(1)
+    assert (layer.compute_dtype, layer.variable_dtype) == (
+        "float16", "float32")
+    assert layer(tf.ones((1, 2))).dtype == tf.float16
+    assert tf.keras.mixed_precision.global_policy().name == "mixed_float16"
+    assert mp.global_policy().name == "mixed_float16"
+    assert mp.global_policy().loss_scale is not None
+    assert mp.get_layer_policy(layer).name == "mixed_float16"
+    mp.set_policy("float32")
+    assert tf.keras.layers.Dense(1).compute_dtype == "float32"
+    # tf_keras's own setter counts too.
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    assert mp.global_policy().name == "mixed_float16"
+
+
+# -- 3. tf_lso's optimizers with tf_keras's compile/fit ---------------------
+
+def _tf_keras_lso(**kwargs):
+    return tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.05, momentum=0.5), **kwargs)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tf_lso.experimental.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.05, momentum=0.5), "dynamic"),
+    lambda: tf_lso.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.05, momentum=0.5)),
+])
+def test_compile_fit_bit_equal_to_tf_keras_class(make):
+    tf_lso.install()
+    tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
+    opt = make()
+    losses, weights = _fit(_model(), opt)
+    model_optimizer_state = (float(opt.loss_scale), int(opt.iterations))
+    expected_losses, expected_weights = _fit(_model(), _tf_keras_lso())
+    assert losses == expected_losses
+    for got, expected in zip(weights, expected_weights):
+        np.testing.assert_array_equal(got, expected)
+    assert model_optimizer_state == (32768.0, 8)
+
+
+def test_the_model_optimizer_is_the_users():
+    tf_lso.install()
+    opt = tf_lso.experimental.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.05), 64)
+    model = _model()
+    _fit(model, opt, epochs=1)
+    assert model.optimizer.core is opt
+    assert isinstance(model.optimizer,
+                      tf.keras.mixed_precision.LossScaleOptimizer)
+    assert float(model.optimizer.loss_scale()) == 64.0
+    assert model.optimizer.iterations is opt.iterations
+    assert int(model.optimizer.skipped_steps) == 0
+
+
+def test_an_overflowing_batch_is_skipped_in_fit():
+    tf_lso.install()
+    x, y = _data()
+    y_bad = y.copy()
+    y_bad[2] = np.inf  # The first batch of 8.
+    opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(0.05),
+                                    initial_scale=8)
+    model = _model()
+    model.compile(opt, "mse")
+    model.fit(x, y_bad, batch_size=8, shuffle=False, verbose=0)
+    assert int(opt.skipped_steps) == 1
+    assert float(opt.loss_scale) == 4.0
+    reference = _model()
+    reference.compile(tf.keras.optimizers.SGD(0.05), "mse")
+    reference.fit(x[8:], y[8:], batch_size=8, shuffle=False, verbose=0)
+    for got, expected in zip(model.weights, reference.weights):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("loss_scale, dynamic, scale", [
+    ("auto", True, 32768.0), (128, False, 128.0), (None, False, 1.0)])
+def test_compile_honours_the_policy_loss_scale(loss_scale, dynamic, scale):
+    tf_lso.install()
+    mp = tf.keras.mixed_precision.experimental
+    mp.set_policy(mp.Policy("mixed_float16", loss_scale=loss_scale))
+    model = _model()
+    _fit(model, "sgd", epochs=1)
+    optimizer = model.optimizer
+    assert isinstance(optimizer.core, tf_lso.experimental.LossScaleOptimizer)
+    assert optimizer.dynamic is dynamic
+    assert float(optimizer.loss_scale()) == scale
+    assert model.layers[0].compute_dtype == "float16"
+
+
+def test_a_keras3_inner_optimizer_is_refused_with_what_to_do():
+    import keras
+
+    tf_lso.install()
+    with pytest.raises(TypeError, match=r"tf_lso\.LossScaleOptimizer\("
+                                        r"tf\.keras\.optimizers\.SGD"):
+        _model().compile(tf_lso.LossScaleOptimizer(keras.optimizers.SGD()),
+                         "mse")
+
+
+def test_checkpoint_layout_is_tf_keras_lso(tmp_path):
+    tf_lso.install()
+    opt = tf_lso.LossScaleOptimizer(
+        tf.keras.optimizers.legacy.SGD(0.05, momentum=0.5), initial_scale=8)
+    model = _model()
+    _fit(model, opt, epochs=1)
+    reference = _model()
+    _fit(reference, tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.legacy.SGD(0.05, momentum=0.5),
+        initial_scale=8), epochs=1)
+
+    def keys(m, tmp):
+        prefix = tf.train.Checkpoint(model=m, optimizer=m.optimizer).save(tmp)
+        return sorted(name for name, _ in tf.train.list_variables(prefix))
+
+    assert keys(model, str(tmp_path / "a")) == keys(reference,
+                                                     str(tmp_path / "b"))
+
+
+def test_model_save_and_load(tmp_path):
+    tf_lso.install()
+    opt = tf_lso.LossScaleOptimizer(
+        tf.keras.optimizers.legacy.SGD(0.05, momentum=0.5), initial_scale=8)
+    model = _model()
+    _fit(model, opt, epochs=1)
+    for path in (tmp_path / "m.h5", tmp_path / "saved_model"):
+        model.save(str(path))
+        loaded = tf.keras.models.load_model(str(path))
+        assert type(loaded.optimizer) is type(model.optimizer)
+        assert loaded.optimizer.get_config() == model.optimizer.get_config()
+        for got, expected in zip(loaded.weights, model.weights):
+            np.testing.assert_array_equal(got, expected)
+
+
+# -- The examples, unmodified -------------------------------------------------
+
+_CHECK_COMPUTE = """
+import runpy, sys
+example = sys.argv[1]
+sys.argv = sys.argv[1:]
+globals_ = runpy.run_path(example, run_name="__main__")
+model = globals_.get("model")
+if model is not None:
+    print("compute dtypes", sorted({layer.compute_dtype
+                                    for layer in model.layers}))
+"""
+
+
+@pytest.mark.parametrize("example", sorted(
+    p.name for p in EXAMPLES.glob("*.py")))
+def test_legacy_examples_run_unmodified(tmp_path, example):
+    script = tmp_path / "check.py"
+    script.write_text(_CHECK_COMPUTE)
+    done = subprocess.run(
+        [sys.executable, "-m", "tf_lso", "run", str(script),
+         str(EXAMPLES / example)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "TF_USE_LEGACY_KERAS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "result loss_scale" in done.stdout
+    source = (EXAMPLES / example).read_text()
+    if "set_policy" in source:
+        assert "compute dtypes ['float16', 'float32']" in done.stdout

@@ -1,0 +1,272 @@
+"""tf_lso's loss scale optimizers as tf_keras's `Model.compile` takes them.
+
+On the legacy-Keras route (`TF_USE_LEGACY_KERAS=1`) `tf.keras` is tf_keras
+2.x, whose `compile` accepts only tf_keras optimizer classes. tf_lso's
+optimizers are Keras 3 classes; around a tf_keras optimizer they already
+train it in custom loops (the tf_keras kinds). For `compile` and `fit`, a
+`TfKerasLossScaleOptimizer` *face* stands in front of one: a tf_keras
+optimizer (and a tf_keras `LossScaleOptimizer`, so that `compile` never
+wraps it again) that forwards every call to the tf_lso optimizer behind it.
+The rules stay in one place: the face holds no state and decides nothing.
+
+While the compile hook is enabled (`tf_lso.install()`, `set_policy`),
+tf_keras's `Model.compile`
+
+* puts a face in front of a tf_lso optimizer passed to it, so that
+  `model.optimizer` and the user's optimizer share everything;
+* under a `tf_lso.experimental.Policy` with a loss scale (TF 2.1-2.3), wraps
+  a plain tf_keras optimizer in `tf_lso.experimental.LossScaleOptimizer`
+  with that loss scale, as TF 2.1-2.3's `compile` did (a policy whose loss
+  scale is None: a fixed scale of 1, which scales nothing, so that
+  tf_keras's own `compile` does not wrap it in a dynamic one).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tf_lso._src import compat
+from tf_lso._src.inner import inner_optimizer as inner_lib
+from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
+from tf_lso._src.optimizer import loss_scale_optimizer as v2
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
+
+# The tf_lso optimizer class behind a face, by the name its config keeps.
+_CORES = {"LossScaleOptimizer": v2.LossScaleOptimizer,
+          "LossScaleOptimizerV1": v1.LossScaleOptimizerV1}
+
+
+@functools.cache
+def face_class():
+    """The face class, made (and registered with tf_keras) on first use.
+
+    tf_keras is optional and imported only by users who chose it.
+    """
+    import tensorflow as tf
+
+    tf_keras = compat.tf_keras_module()
+    if tf_keras is None:
+        import tf_keras
+    base = tf_keras.mixed_precision.LossScaleOptimizer
+    legacy = tf_keras.optimizers.legacy.Optimizer
+
+    @tf_keras.saving.register_keras_serializable(package="tf_lso")
+    class TfKerasLossScaleOptimizer(
+        tf.__internal__.tracking.DelegatingTrackableMixin, legacy, base
+    ):
+        """A tf_lso loss scale optimizer, as tf_keras's `compile` takes it.
+
+        Everything is the tf_lso optimizer's (`core`): the loss scale, the
+        inner optimizer, `iterations`, checkpoints (the same TF 2.4 layout),
+        tf_lso's additions (`skipped_steps`, `last_overflow`, ...).
+
+        Args:
+            core: A `tf_lso.LossScaleOptimizer` or
+                `tf_lso.experimental.LossScaleOptimizer` around a tf_keras
+                optimizer.
+        """
+
+        _HAS_AGGREGATE_GRAD = True
+
+        def __init__(self, core):
+            # As tf_keras's own loss scale optimizers, without the optimizer
+            # base's __init__: the state is the core's.
+            object.__setattr__(self, "_core", core)
+            tf.__internal__.tracking.DelegatingTrackableMixin.__init__(
+                self, core)
+
+        @property
+        def core(self):
+            """The tf_lso optimizer behind this face."""
+            return self._core
+
+        def __getattr__(self, name):
+            if name.startswith("_"):
+                raise AttributeError(name)
+            return getattr(self._core, name)
+
+        def __setattr__(self, name, value):
+            if name in ("lr", "learning_rate", "iterations"):
+                setattr(self._core, name, value)
+            else:
+                object.__setattr__(self, name, value)
+
+        def __dir__(self):
+            return sorted(set(super().__dir__()) | set(dir(self._core)))
+
+        def __repr__(self):
+            return f"<TfKerasLossScaleOptimizer of {self._core!r}>"
+
+        # tf_keras's LossScaleOptimizer API (its stubs raise otherwise).
+        dynamic = property(lambda self: self._core.dynamic)
+        loss_scale = property(lambda self: self._core.loss_scale)
+        dynamic_counter = property(lambda self: self._core.dynamic_counter)
+        initial_scale = property(lambda self: self._core.initial_scale)
+        dynamic_growth_steps = property(
+            lambda self: self._core.dynamic_growth_steps)
+        inner_optimizer = property(lambda self: self._core.inner_optimizer)
+
+        def get_scaled_loss(self, loss):
+            return self._core.get_scaled_loss(loss)
+
+        def get_unscaled_gradients(self, grads):
+            return self._core.get_unscaled_gradients(grads)
+
+        # What tf_keras's fit, callbacks and saving call.
+        def minimize(self, loss, var_list, grad_loss=None, name=None,
+                     tape=None):
+            return self._core.minimize(loss, var_list, grad_loss=grad_loss,
+                                       name=name, tape=tape)
+
+        def apply_gradients(self, grads_and_vars, name=None,
+                            experimental_aggregate_gradients=True):
+            return self._core.apply_gradients(
+                grads_and_vars, name=name,
+                experimental_aggregate_gradients=(
+                    experimental_aggregate_gradients))
+
+        def get_gradients(self, loss, params):
+            return self._core.get_gradients(loss, params)
+
+        @property
+        def iterations(self):
+            return self._core.iterations
+
+        @iterations.setter
+        def iterations(self, value):
+            self._core.iterations = value
+
+        @property
+        def learning_rate(self):
+            return self._core.learning_rate
+
+        @learning_rate.setter
+        def learning_rate(self, value):
+            self._core.learning_rate = value
+
+        lr = learning_rate
+
+        def _inner(self):
+            return self._core.inner_optimizer
+
+        @property
+        def weights(self):
+            inner = self._inner()
+            if isinstance(inner, legacy):
+                return inner.weights
+            return list(inner.variables)
+
+        def variables(self):
+            return self.weights
+
+        def get_weights(self):
+            return [w.numpy() for w in self.weights]
+
+        def set_weights(self, weights):
+            inner = self._inner()
+            if isinstance(inner, legacy):
+                return inner.set_weights(weights)
+            for variable, value in zip(inner.variables, weights):
+                variable.assign(value)
+            return None
+
+        def _create_all_weights(self, var_list):
+            self._core.build(var_list)
+
+        def get_slot_names(self):
+            # Only legacy (OptimizerV2) inner optimizers have slot names.
+            return getattr(self._inner(), "get_slot_names", list)()
+
+        def get_slot(self, var, slot_name):
+            return self._inner().get_slot(var, slot_name)
+
+        def finalize_variable_values(self, var_list):
+            self._core.finalize_variable_values(var_list)
+
+        def get_config(self):
+            """The tf_lso optimizer's config, with its class's name."""
+            return {"core_class": type(self._core).__name__,
+                    **self._core.get_config()}
+
+        @classmethod
+        def from_config(cls, config, custom_objects=None):
+            """A face in front of a new tf_lso optimizer from `config`."""
+            config = dict(config)
+            core_class = _CORES[config.pop("core_class",
+                                           "LossScaleOptimizer")]
+            key = ("inner_optimizer" if "inner_optimizer" in config
+                   else "optimizer")
+            inner = config.get(key)
+            if isinstance(inner, dict) and "module" not in inner:
+                # tf_keras's legacy serialization (SavedModel metadata)
+                # drops the module: the inner optimizer is tf_keras's.
+                config[key] = tf_keras.optimizers.deserialize(
+                    inner, custom_objects=custom_objects)
+            return cls(core_class.from_config(config,
+                                              custom_objects=custom_objects))
+
+    return TfKerasLossScaleOptimizer
+
+
+def is_face(optimizer) -> bool:
+    """Whether `optimizer` is a face (only if one was ever made)."""
+    return (face_class.cache_info().currsize > 0
+            and isinstance(optimizer, face_class()))
+
+
+def compile_optimizer(model, optimizer, policy=None):
+    """The optimizer tf_keras's `model.compile` should get.
+
+    Args:
+        model: The tf_keras model being compiled.
+        optimizer: What was passed to `compile`.
+        policy: The global TF 2.1-2.3 `Policy` (one with a `loss_scale`), or
+            None. It applies to a model whose dtype policy has its name.
+
+    Returns:
+        A face in front of a tf_lso optimizer, or `optimizer` unchanged.
+
+    Raises:
+        TypeError: For a tf_lso optimizer around a Keras 3 optimizer, which
+            a tf_keras model cannot train.
+    """
+    if isinstance(optimizer, v2.LossScaleOptimizer):
+        if not _tf_keras_inner(optimizer.inner_optimizer):
+            inner = type(optimizer.inner_optimizer)
+            raise TypeError(
+                "A tf_keras model (tf.keras is tf_keras here: "
+                "TF_USE_LEGACY_KERAS=1) cannot be trained by a Keras 3 "
+                f"optimizer. Received: optimizer={optimizer!r} around a "
+                f"{inner.__module__}.{inner.__name__}. Wrap a tf.keras "
+                "optimizer instead, e.g. "
+                "tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(...))."
+            )
+        return face_class()(optimizer)
+    model_policy = getattr(model, "dtype_policy", None)
+    if policy is None or model_policy is None or (
+            model_policy.name != policy.name):
+        return optimizer
+    loss_scale = policy.loss_scale
+    if loss_scale is None and policy.name != "mixed_float16":
+        return optimizer
+    tf_keras = compat.tf_keras_module()
+    optimizer = tf_keras.optimizers.get(optimizer)
+    if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+        return optimizer
+    previous = getattr(model, "optimizer", None)
+    if is_face(previous) and previous.core.inner_optimizer is optimizer:
+        return previous  # A recompile with the same optimizer.
+    if loss_scale is None:
+        # TF 2.1-2.3: no loss scaling. A fixed scale of 1 changes nothing
+        # (x * 1 and x / 1 are exact) and keeps tf_keras's compile from
+        # wrapping the optimizer in a dynamic one under 'mixed_float16'.
+        loss_scale = loss_scale_lib.FixedLossScale(1)
+    elif isinstance(loss_scale, loss_scale_lib.LossScale):
+        # Each model its own loss scale state (TF 2.1-2.3 shared one).
+        loss_scale = type(loss_scale).from_config(loss_scale.get_config())
+    return face_class()(v1.LossScaleOptimizerV1(optimizer, loss_scale))
+
+
+def _tf_keras_inner(optimizer):
+    kind = inner_lib.kind_of(optimizer)
+    return kind is not None and kind.__module__.endswith(".tf_keras")
