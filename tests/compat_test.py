@@ -281,3 +281,12 @@ def test_keras_compile_owner_hook():
     assert issubclass(keras.Model, owner)
     assert f"{owner.__name__}.compile" in inspect.getsource(
         owner.compile_from_config)
+
+
+def test_tf_keras_is_tf_keras_hook():
+    # This process runs the Keras 3 route; legacy_keras_route_test.py checks
+    # the other answer under TF_USE_LEGACY_KERAS=1.
+    import keras
+
+    assert tf.keras.Model is keras.Model
+    assert compat.tf_keras_is_tf_keras() is False

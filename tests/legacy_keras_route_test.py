@@ -18,6 +18,8 @@ import tensorflow as tf
 import tf_lso
 from tf_lso._src import compat
 
+import test_util
+
 pytestmark = pytest.mark.skipif(
     not compat.tf_keras_is_tf_keras(),
     reason="tf.keras is Keras 3 here; run with TF_USE_LEGACY_KERAS=1 "
@@ -58,6 +60,13 @@ def _fit(model, optimizer, epochs=2, **kwargs):
     history = model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False,
                         verbose=0, **kwargs)
     return history.history["loss"], [w.numpy() for w in model.weights]
+
+
+def test_the_route_is_told_apart():
+    import tf_keras
+
+    assert tf.keras.Model is tf_keras.Model
+    assert compat.tf_keras_is_tf_keras() is True
 
 
 # -- 1. install() leaves what tf_keras has alone ---------------------------
@@ -313,3 +322,32 @@ def test_legacy_examples_run_unmodified(tmp_path, example):
     source = (EXAMPLES / example).read_text()
     if "set_policy" in source:
         assert "compute dtypes ['float16', 'float32']" in done.stdout
+
+
+def test_mirrored_fit_skips_on_every_replica_as_tf_keras_class():
+    # A NaN in one replica's half of the first batch: both replicas skip.
+    strategy = test_util.mirrored_strategy()
+    x, y = _data()
+    y[6] = np.nan
+
+    def fit(make_optimizer):
+        with strategy.scope():
+            model = _model()
+            optimizer = make_optimizer()
+            model.compile(optimizer, "mse")
+        model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+        return model, optimizer
+
+    tf_lso.install()
+    model, opt = fit(lambda: tf_lso.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.05, momentum=0.5), initial_scale=8))
+    reference, ref_opt = fit(lambda: _tf_keras_lso(initial_scale=8))
+    num = test_util.num
+    assert num(opt.skipped_steps) == 1
+    assert num(opt.loss_scale) == num(ref_opt.loss_scale) == 4.0
+    assert num(opt.iterations) == num(ref_opt.iterations) == 4
+    for got, expected in zip(model.weights, reference.weights):
+        for replica_got, replica_expected in zip(
+                strategy.experimental_local_results(got),
+                strategy.experimental_local_results(expected)):
+            np.testing.assert_array_equal(replica_got, replica_expected)
