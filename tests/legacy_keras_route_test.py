@@ -351,3 +351,38 @@ def test_mirrored_fit_skips_on_every_replica_as_tf_keras_class():
                 strategy.experimental_local_results(got),
                 strategy.experimental_local_results(expected)):
             np.testing.assert_array_equal(replica_got, replica_expected)
+
+
+@pytest.mark.parametrize("legacy_inner", [True, False])
+def test_a_tf24_checkpoint_restores_into_a_compiled_model(tmp_path,
+                                                         legacy_inner):
+    # TF 2.4's LossScaleOptimizer, as tf_keras keeps it, writes the file.
+    optimizers = (tf.keras.optimizers.legacy if legacy_inner
+                  else tf.keras.optimizers)
+    x, y = _data()
+    writer = _model()
+    writer.compile(tf.keras.mixed_precision.LossScaleOptimizer(
+        optimizers.SGD(0.05, momentum=0.5), initial_scale=8,
+        dynamic_growth_steps=2), "mse")
+    writer.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    prefix = tf.train.Checkpoint(model=writer,
+                                 optimizer=writer.optimizer).save(
+        str(tmp_path / "tf24"))
+    tf_lso.install()
+    reader = _model()
+    opt = tf_lso.LossScaleOptimizer(optimizers.SGD(0.05, momentum=0.5),
+                                    initial_scale=8, dynamic_growth_steps=2)
+    reader.compile(opt, "mse")
+    opt.build(reader.trainable_variables)
+    status = tf.train.Checkpoint(model=reader,
+                                 optimizer=reader.optimizer).restore(prefix)
+    status.assert_consumed()
+    assert float(opt.loss_scale) == float(writer.optimizer.loss_scale)
+    assert int(opt.dynamic_counter) == int(writer.optimizer.dynamic_counter)
+    assert int(opt.iterations) == int(writer.optimizer.iterations) == 4
+    # Both train on alike.
+    for model in (writer, reader):
+        model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    for got, expected in zip(reader.weights, writer.weights):
+        np.testing.assert_array_equal(got, expected)
+    assert float(opt.loss_scale) == float(writer.optimizer.loss_scale)

@@ -8,6 +8,10 @@ train it in custom loops (the tf_keras kinds). For `compile` and `fit`, a
 optimizer (and a tf_keras `LossScaleOptimizer`, so that `compile` never
 wraps it again) that forwards every call to the tf_lso optimizer behind it.
 The rules stay in one place: the face holds no state and decides nothing.
+Like `checkpointing.LayoutCheckpointing`, it answers TensorFlow's Trackable
+protocol itself (`tf.__internal__.tracking.DelegatingTrackableMixin`, as
+tf_keras's own loss scale optimizers do, and slot restores), by handing it
+to the tf_lso optimizer: a checkpoint sees TF 2.4's layout.
 
 While the compile hook is enabled (`tf_lso.install()`, `set_policy`),
 tf_keras's `Model.compile`
@@ -179,6 +183,12 @@ def face_class():
 
         def get_slot(self, var, slot_name):
             return self._inner().get_slot(var, slot_name)
+
+        # Slot restores reach the face (the optimizer in the object graph):
+        # the core's checkpointing handles them, as for the core itself.
+        def _create_or_restore_slot_variable(self, *args, **kwargs):
+            return self._core._create_or_restore_slot_variable(
+                *args, **kwargs)
 
         def finalize_variable_values(self, var_list):
             self._core.finalize_variable_values(var_list)
