@@ -47,6 +47,8 @@ NOT_RUN = {
     "-m pytest -q tests": _SUITE,
     "nox -s older_pythons": "needs python3.9 and python3.10 on PATH",
     "nox -s tests": "every pair of the matrix: about an hour",
+    "nox -s legacy_keras": "the legacy-Keras route's sessions, one per "
+                           "pair: the test command runs two of them",
     'python3.11 -m venv .venv && .venv/bin/pip install -q "nox==2026.10.20" '
     "&& .venv/bin/nox -s benchmarks": _BENCHMARK,
     ".venv/bin/nox -s benchmarks -- ablation.py --mirrored": _BENCHMARK,
@@ -75,15 +77,27 @@ READER_FILES = {
                 "opt = tf.keras.mixed_precision.experimental."
                 "LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')\n",
 }
+# A command may start with environment assignments (`TF_USE_LEGACY_KERAS=1
+# .venv/bin/python ...`); they are set for it when it runs.
+_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
 _COMMAND = re.compile(
-    r"^(?:python(?:3(?:\.\d+)?)?|\.venv/bin/\S+|tf-lso|pip|nox) \S")
+    r"^(?:[A-Z_][A-Z0-9_]*=\S* )*"
+    r"(?:python(?:3(?:\.\d+)?)?|\.venv/bin/\S+|tf-lso|pip|nox) \S")
+
+
+def _split_env(words):
+    """`(the environment assignments, the rest)` of a command's words."""
+    count = 0
+    while count < len(words) and _ASSIGNMENT.match(words[count]):
+        count += 1
+    return dict(word.split("=", 1) for word in words[:count]), words[count:]
 
 
 def _is_whole_command(span):
     """Whether an inline code span is a command one can run as it is."""
     if not _COMMAND.match(span):
         return False
-    words = span.split()
+    words = _split_env(span.split())[1]
     return words[0] in ("pip", "nox") or words[0].startswith(".venv/") or any(
         "/" in word or word.endswith(".py") for word in words[1:])
 
@@ -241,9 +255,16 @@ def test_output_checks_are_on_commands_that_run():
 
 
 def _runs(command):
-    """What running `command` executes: its parts, as argv tuples."""
-    return tuple(tuple(_argv(shlex.split(part))) if not _is_set_up(part)
-                 else part for part in command.split(" && "))
+    """What running `command` executes: its parts, as argv tuples (with
+    their environment assignments)."""
+    runs = []
+    for part in command.split(" && "):
+        if _is_set_up(part):
+            runs.append(part)
+            continue
+        env, words = _split_env(shlex.split(part))
+        runs.append(tuple(sorted(env.items())) + tuple(_argv(words)))
+    return tuple(runs)
 
 
 def _is_set_up(part):
@@ -272,14 +293,15 @@ def test_shown_command_works(command, tmp_path):
         (tmp_path / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     for part in command.split(" && "):
-        words = shlex.split(part)
+        assignments, words = _split_env(shlex.split(part))
         if words[:3] == ["python3.11", "-m", "venv"]:
             continue  # The suite's environment is set up already.
         if words[0].endswith("pip") and words[1] == "install":
             _check_install(words)
             continue
         done = subprocess.run(_argv(words), capture_output=True, text=True,
-                              timeout=600, cwd=tmp_path, env=env)
+                              timeout=600, cwd=tmp_path,
+                              env={**env, **assignments})
         expected = (0, 1) if words[1:4] == ["-m", "tf_lso", "check"] or (
             words[0].endswith("tf-lso") and words[1] == "check") else (0,)
         assert done.returncode in expected, (
