@@ -182,19 +182,23 @@ def _tf_keras_lso(**kwargs):
         tf.keras.optimizers.SGD(0.05, momentum=0.5), **kwargs)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: tf_lso.experimental.LossScaleOptimizer(
-        tf.keras.optimizers.SGD(0.05, momentum=0.5), "dynamic"),
-    lambda: tf_lso.LossScaleOptimizer(
-        tf.keras.optimizers.SGD(0.05, momentum=0.5)),
-])
-def test_compile_fit_bit_equal_to_tf_keras_class(make):
+@pytest.mark.parametrize("experimental", [True, False])
+@pytest.mark.parametrize("legacy_inner", [True, False])
+def test_compile_fit_bit_equal_to_tf_keras_class(experimental, legacy_inner):
+    optimizers = (tf.keras.optimizers.legacy if legacy_inner
+                  else tf.keras.optimizers)
+
+    def sgd():
+        return optimizers.SGD(0.05, momentum=0.5)
+
     tf_lso.install()
     tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
-    opt = make()
+    opt = (tf_lso.experimental.LossScaleOptimizer(sgd(), "dynamic")
+           if experimental else tf_lso.LossScaleOptimizer(sgd()))
     losses, weights = _fit(_model(), opt)
     model_optimizer_state = (float(opt.loss_scale), int(opt.iterations))
-    expected_losses, expected_weights = _fit(_model(), _tf_keras_lso())
+    expected_losses, expected_weights = _fit(
+        _model(), tf.keras.mixed_precision.LossScaleOptimizer(sgd()))
     assert losses == expected_losses
     for got, expected in zip(weights, expected_weights):
         np.testing.assert_array_equal(got, expected)
@@ -278,10 +282,13 @@ def test_checkpoint_layout_is_tf_keras_lso(tmp_path):
                                                      str(tmp_path / "b"))
 
 
-def test_model_save_and_load(tmp_path):
+@pytest.mark.parametrize("legacy_inner", [True, False])
+def test_model_save_and_load(tmp_path, legacy_inner):
+    optimizers = (tf.keras.optimizers.legacy if legacy_inner
+                  else tf.keras.optimizers)
     tf_lso.install()
-    opt = tf_lso.LossScaleOptimizer(
-        tf.keras.optimizers.legacy.SGD(0.05, momentum=0.5), initial_scale=8)
+    opt = tf_lso.LossScaleOptimizer(optimizers.SGD(0.05, momentum=0.5),
+                                    initial_scale=8)
     model = _model()
     _fit(model, opt, epochs=1)
     for path in (tmp_path / "m.h5", tmp_path / "saved_model"):
@@ -291,6 +298,16 @@ def test_model_save_and_load(tmp_path):
         assert loaded.optimizer.get_config() == model.optimizer.get_config()
         for got, expected in zip(loaded.weights, model.weights):
             np.testing.assert_array_equal(got, expected)
+        if path.suffix == ".h5":
+            # HDF5 holds the inner optimizer's state (tf_keras's own class
+            # around a new optimizer drops it), not the loss scale (as in
+            # TF 2.x).
+            assert int(loaded.optimizer.iterations) == 4
+            for got, expected in zip(loaded.optimizer.get_weights(),
+                                     opt.inner_optimizer.variables
+                                     if not legacy_inner
+                                     else opt.inner_optimizer.weights):
+                np.testing.assert_array_equal(got, expected)
 
 
 # -- The examples, unmodified -------------------------------------------------
