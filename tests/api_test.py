@@ -14,12 +14,13 @@ from tf_lso._src.legacy_api import policy
 from tf_lso._src.optimizer import callbacks
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer
 from tf_lso._src.optimizer import loss_scale_optimizer
+from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import loss_scale
 from tf_lso._src.scaling import serialization
 
 PUBLIC = {
-    "tf_lso": {"LossScaleOptimizer", "Overflow", "callbacks", "experimental",
-               "install", "uninstall"},
+    "tf_lso": {"GradientReport", "LossScaleOptimizer", "Overflow",
+               "callbacks", "experimental", "install", "uninstall"},
     "tf_lso.callbacks": {"LossScaleMonitor"},
     "tf_lso.experimental": {
         "DynamicLossScale", "FixedLossScale", "LossScale",
@@ -31,7 +32,7 @@ PUBLIC = {
 }
 DOCTESTED_MODULES = [
     callbacks, experimental_loss_scale_optimizer, install, loss_scale,
-    loss_scale_optimizer, policy, serialization,
+    loss_scale_optimizer, policy, serialization, training_health,
 ]
 
 

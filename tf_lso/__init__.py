@@ -16,6 +16,7 @@ import typing
 __version__ = "0.1.0.dev0"
 
 __all__ = (
+    "GradientReport",
     "LossScaleOptimizer",
     "Overflow",
     "callbacks",
@@ -26,6 +27,7 @@ __all__ = (
 
 # Each public name and the module it comes from (subpackages: themselves).
 _SOURCES = {
+    "GradientReport": "tf_lso._src.optimizer.training_health",
     "LossScaleOptimizer": "tf_lso._src.optimizer.loss_scale_optimizer",
     "Overflow": "tf_lso._src.optimizer.training_health",
     "callbacks": "tf_lso.callbacks",
@@ -40,6 +42,7 @@ if typing.TYPE_CHECKING:  # What type checkers and IDEs read.
     from tf_lso._src.legacy_api.install import install
     from tf_lso._src.legacy_api.install import uninstall
     from tf_lso._src.optimizer.loss_scale_optimizer import LossScaleOptimizer
+    from tf_lso._src.optimizer.training_health import GradientReport
     from tf_lso._src.optimizer.training_health import Overflow
 
 

@@ -355,6 +355,42 @@ class Packed:
         ]
         return tf.gather(tf.concat(flags, 0), tf.constant(order, tf.int32))
 
+    def per_gradient(self, reduce_fn, missing, values=None):
+        """One number per gradient, computed on the packed values.
+
+        Like `nonfinite_per_gradient`: a stack is reduced once for all its
+        members, and the results are put in gradient order with one gather.
+
+        Args:
+            reduce_fn: Takes a float32 matrix, one row per gradient (its
+                elements flattened; an `IndexedSlices`' values), and
+                returns a float32 vector, one number per row.
+            missing: The number for `None` gradients.
+            values: Tensors shaped like `self.values` (default: our own).
+
+        Returns:
+            A float32 vector with one entry per gradient.
+        """
+        values = self.values if values is None else values
+        stacks = {entry.index for entry in self._plan
+                  if isinstance(entry, Stacked)}
+        results, starts, size = [], [], 0
+        for index, value in enumerate(values):
+            rows = value.shape[0] if index in stacks else 1
+            result = reduce_fn(tf.reshape(tf.cast(value, tf.float32),
+                                          [rows, -1]))
+            starts.append(size)
+            size += rows
+            results.append(result)
+        results.append(tf.constant([missing], tf.float32))
+        order = [
+            size if entry is None
+            else starts[entry.index] + (
+                entry.position if isinstance(entry, Stacked) else 0)
+            for entry in self._plan
+        ]
+        return tf.gather(tf.concat(results, 0), tf.constant(order, tf.int32))
+
     def unpack(self, values=None, aux=None):
         """The gradient list, rebuilt from `values` and `aux` (or our own).
 

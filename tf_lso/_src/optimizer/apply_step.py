@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
+from tf_lso._src.optimizer import training_health
 
 
 class ApplyStep(tf.Module):
@@ -43,6 +44,9 @@ class ApplyStep(tf.Module):
             0, tf.int64, "skipped_steps"
         )
         inner.skipped_steps = self.skipped_steps
+        # The opt-in gradient report (`LossScaleMonitor`): nothing in the
+        # step while it is not enabled.
+        self.report = training_health.GradientReportRecord()
         # With gradient accumulation: whether an earlier call of the current
         # window was not finite (the window is then dropped at its end). It
         # is checkpointed, so that a window restored mid-way stays dropped.
@@ -51,7 +55,8 @@ class ApplyStep(tf.Module):
             self.window_overflowed = replicas.state_variable(
                 False, tf.bool, "window_overflowed")
 
-    def __call__(self, packed, var_list, name, aggregate):
+    def __call__(self, packed, var_list, name, aggregate,
+                 loss_nonfinite=None):
         """Runs the step.
 
         Args:
@@ -60,6 +65,9 @@ class ApplyStep(tf.Module):
             name: Passed to tf_keras inner optimizers.
             aggregate: Whether the gradients still need summing over
                 replicas.
+            loss_nonfinite: A bool scalar tensor, True if this replica's
+                loss was not finite; None if the optimizer did not see the
+                loss. Read by a skipped step only (its cause).
 
         Returns:
             In a `tf.compat.v1` graph, the op that runs the step; else None.
@@ -75,6 +83,11 @@ class ApplyStep(tf.Module):
             update_op, should_apply, checked, window = self._check(
                 packed, var_list)
         names_id = self._overflow.names_id_for(var_list)
+        if self.report.enabled and not replicas.in_v1_graph():
+            replicas.create_variables(self.report.build, names_id,
+                                      len(var_list))
+            self.report.record(packed, scale, self._inner.iterations,
+                               names_id)
 
         def apply_fn(values, aux, var_list):
             # Every gradient must come from the branch's graph: a mix of
@@ -84,25 +97,37 @@ class ApplyStep(tf.Module):
             return self._inner.apply(list(zip(grads, var_list)), name,
                                      aggregate)
 
-        def skip_fn(values, scale, *window):
+        # Whether the loss was seen is known while tracing; when it was not,
+        # a placeholder flag keeps the branch's arguments the same.
+        loss_seen = loss_nonfinite is not None
+        loss_flag = (tf.cast(loss_nonfinite, tf.int32) if loss_seen
+                     else tf.constant(0, tf.int32))
+
+        def skip_fn(values, scale, loss_flag, *window):
             if not window:
-                return count_skip(values, scale)
+                return count_skip(values, scale, loss_flag)
             # A window is dropped at its first non-finite call: the skip is
             # counted then; its later calls are dropped with it.
             first_overflow, window_end = map(replicas.first_replica, window)
             tf.cond(first_overflow,
-                    lambda: count_skip(values, scale) or tf.constant(True),
+                    lambda: count_skip(values, scale, loss_flag)
+                    or tf.constant(True),
                     lambda: self._inner.skip_step() or tf.constant(False))
             self.window_overflowed.assign(tf.logical_not(window_end))
             return None
 
-        def count_skip(values, scale):
+        def nonfinite_flags(values, loss_flag):
+            # The gradients' flags and the loss's, in one sum over replicas.
+            return tf.concat([checked.nonfinite_per_gradient(values),
+                              tf.reshape(loss_flag, [1])], 0)
+
+        def count_skip(values, scale, loss_flag):
             # Only skipped steps pay for finding the offending variables.
-            nonfinite = replicas.summed(
-                checked.nonfinite_per_gradient, values)
+            flags = replicas.summed(nonfinite_flags, values, loss_flag)
             consecutive = self._overflow.record(
-                nonfinite, self._inner.iterations, names_id,
-                replicas.first_replica(scale))
+                flags[:-1], self._inner.iterations, names_id,
+                replicas.first_replica(scale),
+                flags[-1] if loss_seen else None)
             self._inner.skip_step()
             self.skipped_steps.assign_add(1)
             self._overflow.report(names_id)
@@ -114,7 +139,7 @@ class ApplyStep(tf.Module):
         step_op = replicas.cond_on_all_replicas(
             should_apply, apply_fn, skip_fn,
             args=(packed.values, packed.aux, var_list),
-            false_args=(checked.values, scale, *window),
+            false_args=(checked.values, scale, loss_flag, *window),
         )
         if v1_graph:
             return replicas.grouped((update_op, step_op))

@@ -27,6 +27,18 @@ class LossScaleMonitor(keras.callbacks.Callback):
     It warns once (UserWarning) when steps are still being skipped with the
     loss scale at its floor of 1: lowering the scale cannot help then. (A
     step skipped at a higher scale that halves it to 1 does not count.)
+    When the loss itself was not finite, the warning says so: the inputs
+    or the model are at fault, not the scale. It also logs
+    `nonfinite_loss_steps`: the steps skipped because the loss itself was
+    not finite (a bug or bad data, not an overflow).
+
+    With `gradient_report_freq=N` it also reports, every N training
+    batches, how that batch's gradients sit in float16's range at the loss
+    scale (`tf_lso.GradientReport`; see `LossScaleOptimizer.gradient_report`):
+    `gradient_zero_share` and `gradient_below_normal_share` (over every
+    element of every gradient) and `gradient_headroom` (doublings left for
+    the largest) go into that batch's logs and into the epoch's (the last
+    report), and `last_gradient_report` keeps the per-variable values.
 
     Every value works under a distribution strategy too.
 
@@ -38,7 +50,19 @@ class LossScaleMonitor(keras.callbacks.Callback):
             (`model.stop_training`) at the end of that batch, with a message
             naming the variables whose gradients were not finite (also kept
             in `stop_reason`). Reads one scalar after every batch (the
-            overflow record too, after a batch that skipped a step).
+            overflow record too, after a batch that skipped a step). When
+            the loss itself was not finite at the last skipped step, the
+            message says that lowering the loss scale cannot help.
+        gradient_report_freq: None (default: off, nothing is added to the
+            training step), or an int N: report the gradients of every N-th
+            training batch. Turning it on retraces the training step; a
+            step then reads one flag, and a reported step computes the
+            report on device and reads it back once.
+        stop_on_nonfinite_loss: If True, training stops at the end of the
+            first batch whose step was skipped because the loss itself was
+            not finite (also under `jit_compile=True`, where the
+            optimizer's own option cannot raise). Reads one scalar after
+            every batch. Default False.
 
     Raises:
         ValueError: For an invalid `update_freq` or `max_consecutive_skips`,
@@ -57,6 +81,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
     def __init__(
         self, update_freq: str | int = "epoch",
         max_consecutive_skips: int | None = None,
+        stop_on_nonfinite_loss: bool = False,
+        gradient_report_freq: int | None = None,
     ) -> None:
         super().__init__()
         if update_freq != "epoch" and (
@@ -74,6 +100,17 @@ class LossScaleMonitor(keras.callbacks.Callback):
             max_consecutive_skips = validation.integer(
                 max_consecutive_skips, "max_consecutive_skips")
         self.max_consecutive_skips = max_consecutive_skips
+        if not isinstance(stop_on_nonfinite_loss, bool):
+            raise TypeError(
+                "`stop_on_nonfinite_loss` must be a bool. Received: "
+                f"stop_on_nonfinite_loss={stop_on_nonfinite_loss!r}.")
+        self.stop_on_nonfinite_loss = stop_on_nonfinite_loss
+        if gradient_report_freq is not None:
+            gradient_report_freq = validation.integer(
+                gradient_report_freq, "gradient_report_freq")
+        self.gradient_report_freq = gradient_report_freq
+        self.last_gradient_report = None
+        self._report_requested = False
         self.stop_reason = None
         self._warned_floor = False
         self._floor_skips_at_last_log = 0
@@ -91,6 +128,20 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 "Compile with tf_lso.LossScaleOptimizer(...) or "
                 "tf_lso.experimental.LossScaleOptimizer(...)."
             )
+        if self.gradient_report_freq is not None:
+            reports = optimizer._gradient_reports()
+            if not reports.enabled:
+                # The step records reports only once traced with them on.
+                reports.enabled = True
+                self.model.make_train_function(force=True)
+
+    def on_train_batch_begin(self, batch: int,
+                             logs: dict | None = None) -> None:
+        """Asks the optimizer for a gradient report every N batches."""
+        freq = self.gradient_report_freq
+        self._report_requested = freq is not None and (batch + 1) % freq == 0
+        if self._report_requested:
+            self.model.optimizer._gradient_reports().requested.assign(True)
 
     def _log(self, logs):
         optimizer = self.model.optimizer
@@ -99,12 +150,18 @@ class LossScaleMonitor(keras.callbacks.Callback):
         if (optimizer.dynamic and not self._warned_floor
                 and floor_skips > self._floor_skips_at_last_log):
             self._warned_floor = True
+            last = optimizer.last_overflow
+            if last is not None and last.cause == "loss":
+                why = ("the loss itself is not finite, so "
+                       + training_health.LOSS_ADVICE)
+            else:
+                why = ("the gradients overflow without any scaling, so "
+                       "lowering the scale cannot help. "
+                       + training_health.REMEDIES)
             warnings.warn(
                 "The loss scale is at its floor of 1 and steps are still "
-                "skipped for non-finite gradients: the gradients overflow "
-                "without any scaling, so lowering the scale cannot help. "
-                f"Last overflow: {optimizer.last_overflow}. "
-                + training_health.REMEDIES,
+                f"skipped for non-finite gradients: {why} Last overflow: "
+                f"{last}.",
                 stacklevel=2,
             )
         self._floor_skips_at_last_log = floor_skips
@@ -115,12 +172,30 @@ class LossScaleMonitor(keras.callbacks.Callback):
         logs["skipped_steps"] = training_health.host_int(
             optimizer.skipped_steps)
         logs["last_overflow_count"] = 0 if last is None else last.count
+        logs["nonfinite_loss_steps"] = training_health.host_int(
+            optimizer.nonfinite_loss_steps)
+        self._log_report(logs)
+
+    def _log_report(self, logs):
+        report = self.last_gradient_report
+        if report is None:
+            return
+        logs["gradient_zero_share"] = float(report.total_zero_share)
+        logs["gradient_below_normal_share"] = float(
+            report.total_below_normal_share)
+        logs["gradient_headroom"] = float(report.min_headroom)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         """Logs every `update_freq` batches; checks for a stuck run."""
+        if self._report_requested:
+            self.last_gradient_report = (
+                self.model.optimizer._last_gradient_report())
+            if logs is not None:
+                self._log_report(logs)
         if self.update_freq != "epoch" and (batch + 1) % self.update_freq == 0:
             self._log(logs)
-        if self.max_consecutive_skips is not None:
+        if (self.max_consecutive_skips is not None
+                or self.stop_on_nonfinite_loss):
             self._check_stuck()
 
     def _check_stuck(self):
@@ -129,16 +204,17 @@ class LossScaleMonitor(keras.callbacks.Callback):
         if skipped == self._skipped_at_last_check:
             return  # No step skipped since a check that found none stuck.
         self._skipped_at_last_check = skipped
-        last = optimizer.last_overflow
-        if not training_health.is_stuck(
-                last, self.max_consecutive_skips,
-                training_health.host_int(optimizer.iterations)):
+        message = optimizer._overflow.stop_message(
+            self.max_consecutive_skips,
+            training_health.host_int(optimizer.iterations),
+            self.stop_on_nonfinite_loss)
+        if message is None:
             return
-        self.stop_reason = "Stopping training: " + (
-            training_health.stuck_message(self.max_consecutive_skips, last))
+        self.stop_reason = "Stopping training: " + message
         print(self.stop_reason)
         self.model.stop_training = True
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         """Adds `loss_scale` and `skipped_steps` to the epoch's logs."""
         self._log(logs)
+

@@ -65,6 +65,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         name: See `tf_lso.LossScaleOptimizer`.
         max_consecutive_skips: See `tf_lso.LossScaleOptimizer`.
         print_overflows: See `tf_lso.LossScaleOptimizer`.
+        stop_on_nonfinite_loss: See `tf_lso.LossScaleOptimizer`.
 
     Raises:
         TypeError: If `optimizer` is not a supported optimizer.
@@ -90,11 +91,13 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         name: str | None = None,
         max_consecutive_skips: int | None = None,
         print_overflows: bool = False,
+        stop_on_nonfinite_loss: bool = False,
     ) -> None:
         inner = inner_lib.wrap(optimizer, "optimizer")
         replicas.check_strategy_supported()
         self._init_wrapper(inner, _to_loss_scale(loss_scale), name,
-                           max_consecutive_skips, print_overflows)
+                           max_consecutive_skips, print_overflows,
+                           stop_on_nonfinite_loss)
 
     @property
     def loss_scale(self) -> loss_scale_lib.LossScale:
@@ -137,10 +140,11 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             ValueError: For values the constructor rejects, a missing
                 optimizer, or a DynamicLossScale whose multiplier is not 2.
         """
+        config, own = lso_lib.split_own_config(config)
         config = optimizer_config.read(config, cls.__name__, custom_objects)
         loss_scale = config.as_loss_scale()
         optimizer = inner_lib.deserialize(config.inner_optimizer,
                                           custom_objects)
         # Keywords, so that subclasses forwarding **kwargs round-trip.
         return cls(optimizer=optimizer, loss_scale=loss_scale,
-                   **config.optional)
+                   **config.optional, **own)

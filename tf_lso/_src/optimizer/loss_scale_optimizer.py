@@ -66,8 +66,15 @@ class LossScaleOptimizer(
             an error naming the variables whose gradients were not finite
             (a tf_lso addition; see `last_overflow`).
         print_overflows: If True, every skipped step prints (`tf.print`, to
-            stderr) which variables' gradients were not finite; not under
-            `jit_compile=True`. Default False.
+            stderr) which variables' gradients were not finite, and whether
+            the loss itself was; not under `jit_compile=True`. Default
+            False.
+        stop_on_nonfinite_loss: If True, the first step skipped because the
+            loss itself was not finite raises an error (after the step is
+            skipped and recorded): lowering the loss scale cannot help
+            there. Default False (TF 2.4's behaviour: skip and back off).
+            Not under `jit_compile=True`, where XLA drops assertions (use
+            `LossScaleMonitor`).
         **kwargs: Keras 3's base optimizer arguments (`clipnorm`,
             `weight_decay`, ...), accepted at their defaults only, as Keras
             3's class does: set them on the inner optimizer.
@@ -103,6 +110,7 @@ class LossScaleOptimizer(
         name: str | None = None,
         max_consecutive_skips: int | None = None,
         print_overflows: bool = False,
+        stop_on_nonfinite_loss: bool = False,
         **kwargs: Any,
     ) -> None:
         inner = inner_lib.wrap(inner_optimizer, "inner_optimizer")
@@ -113,10 +121,11 @@ class LossScaleOptimizer(
             dynamic, initial_scale, dynamic_growth_steps
         )
         self._init_wrapper(inner, loss_scale, name, max_consecutive_skips,
-                           print_overflows)
+                           print_overflows, stop_on_nonfinite_loss)
 
     def _init_wrapper(self, inner, loss_scale, name=None,
-                      max_consecutive_skips=None, print_overflows=False):
+                      max_consecutive_skips=None, print_overflows=False,
+                      stop_on_nonfinite_loss=False):
         # Keras requires its constructor first. It assigns defaults such as
         # `clipnorm=None`, which the forwarded properties ignore until
         # `_start_forwarding`, last.
@@ -128,9 +137,10 @@ class LossScaleOptimizer(
         self._loss_scale = loss_scale
         self._keras_scaled_loss = False
         self._handed_out = packing.HandedOut()
+        self._seen_losses = training_health.SeenLosses()
         # Not checkpointed: the layout stays TF 2.4's.
         self._overflow = training_health.OverflowRecord(
-            max_consecutive_skips, print_overflows)
+            max_consecutive_skips, print_overflows, stop_on_nonfinite_loss)
         self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow)
         self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
         self._start_forwarding(inner)
@@ -220,6 +230,88 @@ class LossScaleOptimizer(
         return self._overflow.print_overflows
 
     @property
+    def stop_on_nonfinite_loss(self) -> bool:
+        """Whether a step skipped for a non-finite loss raises an error."""
+        return self._overflow.stop_on_nonfinite_loss
+
+    @property
+    def nonfinite_loss_steps(self) -> tf.Variable:
+        """The int64 number of steps skipped because the loss was not finite.
+
+        Steps whose loss the optimizer saw (`get_scaled_loss`, `scale_loss`,
+        `minimize`, `fit`) and found to hold an Inf or NaN, on any replica:
+        a bug or bad data rather than an overflow, which no loss scale can
+        help. A tf_lso addition, not saved in checkpoints.
+
+        >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(1.0))
+        >>> var = tf.Variable(1.0)
+        >>> with tf.GradientTape() as tape:
+        ...     scaled_loss = opt.get_scaled_loss(tf.math.log(0.0) * var)
+        >>> grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, [var]))
+        >>> _ = opt.apply_gradients(zip(grads, [var]))
+        >>> int(opt.nonfinite_loss_steps.numpy()), opt.last_overflow.cause
+        (1, 'loss')
+        """
+        return self._overflow.loss_skips
+
+    def gradient_report(
+        self,
+        grads: Sequence[packing.Gradient],
+        variables: Sequence[tf.Variable] | None = None,
+        *,
+        scaled: bool = False,
+    ) -> training_health.GradientReport:
+        """How gradients sit in float16's range at the current loss scale.
+
+        Underflow is silent: a scaled gradient element below float16's range
+        becomes 0 and the step learns less. For each gradient, multiplied by
+        the current loss scale (as the float16 backward pass holds it), the
+        report gives the share of elements that are exactly 0, the share
+        below float16's smallest normal (2**-14), and the headroom: how many
+        doublings the largest element has left before float16's maximum.
+        Call it before `apply_gradients`, which may change the scale. It
+        changes nothing and costs nothing when not called.
+
+        Args:
+            grads: Gradients (tensors, `IndexedSlices`: the rows they hold,
+                or `None`: NaN shares), unscaled as `get_unscaled_gradients`
+                returns them, or scaled with `scaled=True`.
+            variables: Their variables, for the names (default: the
+                positions, as strings).
+            scaled: Whether `grads` are gradients of the scaled loss (not
+                unscaled yet), as `tape.gradient(scaled_loss, ...)` returns
+                them.
+
+        Returns:
+            A `tf_lso.GradientReport`: NumPy values eagerly, tensors inside
+            a `tf.function`.
+
+        >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(),
+        ...                                 initial_scale=2**10)
+        >>> report = opt.gradient_report([tf.constant([0.0, 2**-30, 1.0,
+        ...                                            2.0])])
+        >>> report.zero_share, report.below_normal_share, report.headroom
+        (array([0.25], dtype=float32), array([0.5], dtype=float32),
+         array([4.], dtype=float32))
+        """
+        grads = list(grads)
+        names = ([training_health.variable_name(v) for v in variables]
+                 if variables is not None
+                 else [str(i) for i in range(len(grads))])
+        scale = self._loss_scale()
+        statistics = training_health.gradient_statistics(
+            packing.pack(grads), 1.0 if scaled else scale)
+        return training_health.host_report(scale, names, statistics)
+
+    def _gradient_reports(self):
+        """The step's `GradientReportRecord` (`LossScaleMonitor` uses it)."""
+        return self._step.report
+
+    def _last_gradient_report(self):
+        """The report stored by the last requested step, or None. Eager."""
+        return self._step.report.last(self._overflow._names)
+
+    @property
     def initial_scale(self) -> float | None:
         """The initial loss scale (a Python float); None if `dynamic` is."""
         return self._settings().initial_scale
@@ -266,9 +358,16 @@ class LossScaleOptimizer(
         if callable(loss):
 
             def scaled_loss():
-                return packing.scale_by(loss(), self._loss_scale())
+                return self._scaled(loss())
 
             return scaled_loss
+        return self._scaled(loss)
+
+    def _scaled(self, loss):
+        # The loss before scaling: a skipped step's record says whether it
+        # was finite (`last_overflow.cause`).
+        loss = tf.convert_to_tensor(loss)
+        self._seen_losses.see(loss)
         return packing.scale_by(loss, self._loss_scale())
 
     def get_unscaled_gradients(
@@ -312,7 +411,7 @@ class LossScaleOptimizer(
             The scaled loss.
         """
         self._keras_scaled_loss = True
-        return packing.scale_by(loss, self._loss_scale())
+        return self._scaled(loss)
 
     # -- Applying -----------------------------------------------------------
 
@@ -414,7 +513,8 @@ class LossScaleOptimizer(
             packed = packing.pack(grads, var_list)
             if scaled:
                 packed = packed.unscaled(self._loss_scale())
-        return self._step(packed, var_list, name, aggregate)
+        return self._step(packed, var_list, name, aggregate,
+                          self._seen_losses.take())
 
     def minimize(
         self,
@@ -518,9 +618,12 @@ class LossScaleOptimizer(
         }
 
     def _optional_config(self):
-        return optimizer_config.optional_config(
+        config = optimizer_config.optional_config(
             self._given_name, self.max_consecutive_skips,
             self.print_overflows)
+        if self.stop_on_nonfinite_loss:
+            config[STOP_ON_NONFINITE_LOSS] = True
+        return config
 
     @classmethod
     def from_config(
@@ -542,10 +645,28 @@ class LossScaleOptimizer(
             ValueError: For a TF <= 2.3 config whose loss scale has no TF 2.4
                 equivalent.
         """
+        config, own = split_own_config(config)
         config = optimizer_config.upgrade_legacy_config(config, cls.__name__)
         inner_optimizer = inner_lib.deserialize(
             config.pop("inner_optimizer"), custom_objects
         )
         # Keywords, so that a subclass whose __init__ takes **kwargs and
         # forwards them (as Horovod-style wrappers do) round-trips.
-        return cls(inner_optimizer=inner_optimizer, **config)
+        return cls(inner_optimizer=inner_optimizer, **config, **own)
+
+
+# A config key beyond `config.OPTIONAL_KEYS`, read here (see
+# `split_own_config`).
+STOP_ON_NONFINITE_LOSS = "stop_on_nonfinite_loss"
+
+
+def split_own_config(config):
+    """`config` without `stop_on_nonfinite_loss`, and that entry (a dict).
+
+    `config.read` rejects keys it does not know; this one is set only when
+    True and passed to the constructor as a keyword.
+    """
+    if not isinstance(config, dict) or STOP_ON_NONFINITE_LOSS not in config:
+        return config, {}
+    config = dict(config)
+    return config, {STOP_ON_NONFINITE_LOSS: config.pop(STOP_ON_NONFINITE_LOSS)}

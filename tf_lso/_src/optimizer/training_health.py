@@ -1,15 +1,24 @@
-"""Why steps are skipped, and when a run can no longer learn.
+"""Why steps are skipped, when a run can no longer learn, and underflow.
 
 On a skipped step, and only then (the finite path runs none of this), the
 optimizer records which variables' gradients were not finite: their count,
-the positions of the first few in the `apply_gradients` list, the step, and
-how many steps in a row have been skipped. The record lives in a few int64
-variables on device (not in checkpoints, whose layout stays TF 2.4's), so
-nothing syncs with the host; `Overflow` reads it back with variable names.
+the positions of the first few in the `apply_gradients` list, the step, how
+many steps in a row have been skipped, and the cause: whether the loss
+itself was not finite (`SeenLosses` keeps whether it was, from the
+optimizer's scaling of it to the apply), or only the gradients at this
+scale. The record lives in a few int64 variables on device (not in
+checkpoints, whose layout stays TF 2.4's), so nothing syncs with the host;
+`Overflow` reads it back with variable names.
+
+`GradientReport` is the opt-in underflow and headroom report: per variable,
+which share of the scaled gradient's elements float16 would hold as zero or
+below its smallest normal, and how many doublings the largest has left.
 """
 
 import collections
+import math
 import sys
+import threading
 
 import tensorflow as tf
 
@@ -28,8 +37,19 @@ REMEDIES = (
 )
 
 
+# The causes of a skipped step, as `OverflowRecord.cause` stores them.
+UNKNOWN_CAUSE, GRADIENTS, LOSS = -1, 0, 1
+CAUSES = {UNKNOWN_CAUSE: None, GRADIENTS: "gradients", LOSS: "loss"}
+
+LOSS_ADVICE = (
+    "lowering the loss scale cannot help; look at the inputs and the model "
+    "(bad data, a division by zero, a log of 0)."
+)
+
+
 class Overflow(collections.namedtuple(
-        "Overflow", "step count variables consecutive_skips")):
+        "Overflow", "step count variables consecutive_skips cause",
+        defaults=(None,))):
     """The last skipped step: what `opt.last_overflow` returns.
 
     Attributes:
@@ -38,6 +58,12 @@ class Overflow(collections.namedtuple(
         variables: The names (Keras `path`, else `name`) of the first
             `min(count, 8)` of those variables, in `apply_gradients` order.
         consecutive_skips: Steps skipped in a row up to that step.
+        cause: `"loss"` if the loss itself was not finite (on any replica):
+            a bug or bad data, which no loss scale can help; `"gradients"`
+            if the loss was finite and the gradients overflowed at this
+            scale; None if the optimizer did not see the step's loss (it
+            sees it in `get_scaled_loss`, `scale_loss`, `minimize` and
+            `fit`, not when only `apply_gradients` is called).
     """
 
 
@@ -76,15 +102,58 @@ def _stuck_parts(limit, consecutive, step, count, names):
     ]
 
 
-def stuck_message(limit, overflow):
+def _loss_parts(lead, consecutive_loss, step, count, names):
+    """The message of a stop whose last skipped step had a non-finite loss.
+
+    Args:
+        lead: The parts that say why training stops.
+        consecutive_loss: Skipped steps in a row with a non-finite loss.
+        step, count, names: As in `_stuck_parts`.
+    """
+    return [
+        *lead, "the loss itself has been non-finite for ", consecutive_loss,
+        f" step(s): {LOSS_ADVICE} At step ", step, ", ", count,
+        " gradient(s) were not finite, for: ", names, ".",
+    ]
+
+
+def _stuck_lead(limit, consecutive):
+    return [consecutive, " steps in a row were skipped (more than "
+            f"max_consecutive_skips={limit}) and "]
+
+
+# Why `stop_on_nonfinite_loss` stops.
+LOSS_STOP_LEAD = (
+    "Stopping at the first non-finite loss (stop_on_nonfinite_loss=True): ",)
+
+
+def stuck_message(limit, overflow, consecutive_loss=0):
     """Why a run of skipped steps stops training: one sentence and remedies.
+
+    When the loss itself was not finite at the last skipped step, the
+    message says so instead of advising about the loss scale.
 
     Args:
         limit: The `max_consecutive_skips` that was exceeded.
         overflow: The last skipped step, an `Overflow`.
+        consecutive_loss: Skipped steps in a row, up to `overflow`, whose
+            loss was not finite.
     """
-    return "".join(str(part) for part in _stuck_parts(
-        limit, overflow.consecutive_skips, overflow.step, overflow.count,
+    names = ", ".join(overflow.variables)
+    if overflow.cause == "loss":
+        parts = _loss_parts(_stuck_lead(limit, overflow.consecutive_skips),
+                            consecutive_loss, overflow.step, overflow.count,
+                            names)
+    else:
+        parts = _stuck_parts(limit, overflow.consecutive_skips,
+                             overflow.step, overflow.count, names)
+    return "".join(str(part) for part in parts)
+
+
+def loss_stop_message(overflow, consecutive_loss=1):
+    """Why `stop_on_nonfinite_loss` stops training, after `overflow`."""
+    return "".join(str(part) for part in _loss_parts(
+        LOSS_STOP_LEAD, consecutive_loss, overflow.step, overflow.count,
         ", ".join(overflow.variables)))
 
 
@@ -112,20 +181,27 @@ class OverflowRecord(tf.Module):
             step in a row raises (see `check`).
         print_overflows: Whether skipped steps print their record (see
             `report`).
+        stop_on_nonfinite_loss: Whether a step skipped with a non-finite
+            loss raises (see `check`).
     """
 
-    def __init__(self, max_consecutive_skips=None, print_overflows=False):
+    def __init__(self, max_consecutive_skips=None, print_overflows=False,
+                 stop_on_nonfinite_loss=False):
         super().__init__(name="overflow_record")
         if max_consecutive_skips is not None:
             max_consecutive_skips = validation.integer(
                 max_consecutive_skips, "max_consecutive_skips")
-        if not isinstance(print_overflows, bool):
-            raise TypeError(
-                "`print_overflows` must be a bool. Received: print_overflows="
-                f"{print_overflows!r} of type {type(print_overflows).__name__}."
-            )
+        for name, value in (("print_overflows", print_overflows),
+                            ("stop_on_nonfinite_loss",
+                             stop_on_nonfinite_loss)):
+            if not isinstance(value, bool):
+                raise TypeError(
+                    f"`{name}` must be a bool. Received: {name}={value!r} of "
+                    f"type {type(value).__name__}."
+                )
         self.max_consecutive_skips = max_consecutive_skips
         self.print_overflows = print_overflows
+        self.stop_on_nonfinite_loss = stop_on_nonfinite_loss
         state = replicas.state_variable
         self.step = state(-1, tf.int64, "overflow_step")
         self.count = state(0, tf.int64, "overflow_count")
@@ -135,6 +211,11 @@ class OverflowRecord(tf.Module):
         # Steps skipped with the loss scale already at its floor of 1 (or
         # below), where backing off cannot help (`LossScaleMonitor`).
         self.floor_skips = state(0, tf.int64, "floor_skips")
+        # The last skipped step's cause (`CAUSES`), the skipped steps in a
+        # row up to it whose loss was not finite, and all such steps.
+        self.cause = state(UNKNOWN_CAUSE, tf.int64, "overflow_cause")
+        self.consecutive_loss = state(0, tf.int64, "consecutive_loss_skips")
+        self.loss_skips = state(0, tf.int64, "nonfinite_loss_skips")
         # One tuple of variable names per distinct `apply_gradients` list;
         # a record stores which one its indices refer to.
         self._names = []
@@ -146,7 +227,7 @@ class OverflowRecord(tf.Module):
             self._names.append(names)
         return self._names.index(names)
 
-    def record(self, nonfinite, step, names_id, scale):
+    def record(self, nonfinite, step, names_id, scale, loss_nonfinite=None):
         """Records a skipped step. Called in the skip branch only.
 
         Args:
@@ -156,11 +237,20 @@ class OverflowRecord(tf.Module):
             names_id: `names_id_for(var_list)`.
             scale: The loss scale the step was taken with (before it backed
                 off).
+            loss_nonfinite: None if the step's loss is unknown; else a
+                scalar, > 0 where the loss (on any replica) was not finite.
 
         Returns:
             The int64 number of steps skipped in a row, this one included.
         """
         self.floor_skips.assign_add(tf.cast(scale <= 1.0, tf.int64))
+        if loss_nonfinite is None:
+            cause = tf.constant(UNKNOWN_CAUSE, tf.int64)
+        else:
+            cause = tf.where(loss_nonfinite > 0,
+                             tf.constant(LOSS, tf.int64),
+                             tf.constant(GRADIENTS, tf.int64))
+        is_loss = tf.equal(cause, LOSS)
         flags = tf.cast(nonfinite > 0, tf.int32)
         padded = tf.concat([flags, tf.zeros([MAX_NAMED], tf.int32)], 0)
         order = tf.argsort(-padded, stable=True)[:MAX_NAMED]
@@ -169,6 +259,15 @@ class OverflowRecord(tf.Module):
         step = tf.cast(step, tf.int64)
         consecutive = tf.where(tf.equal(step, self.step + 1),
                                self.consecutive + 1, tf.constant(1, tf.int64))
+        in_a_row = tf.equal(step, self.step + 1)
+        consecutive_loss = tf.where(
+            is_loss,
+            tf.where(in_a_row, self.consecutive_loss + 1,
+                     tf.constant(1, tf.int64)),
+            tf.constant(0, tf.int64))
+        self.cause.assign(cause)
+        self.consecutive_loss.assign(consecutive_loss)
+        self.loss_skips.assign_add(tf.cast(is_loss, tf.int64))
         self.count.assign(tf.reduce_sum(tf.cast(flags, tf.int64)))
         self.indices.assign(indices)
         self.names_id.assign(tf.constant(names_id, tf.int64))
@@ -179,48 +278,95 @@ class OverflowRecord(tf.Module):
     def report(self, names_id):
         """Prints the record just made, if `print_overflows` (skip branch).
 
-        One line on stderr through `tf.print`: the step, how many gradients
-        were not finite and (up to 8 of) their variables. Not under
-        `jit_compile=True`, where XLA cannot compile printing.
+        One line on stderr through `tf.print`: the step, whether the loss
+        itself was not finite (when the optimizer saw it), how many
+        gradients were not finite and (up to 8 of) their variables. Not
+        under `jit_compile=True`, where XLA cannot compile printing.
         """
         if not self.print_overflows or (
                 not tf.executing_eagerly() and compat.in_xla_context()):
             return
         names = tf.constant(self._names[names_id])
-        offending = tf.gather(
-            names, tf.boolean_mask(self.indices, self.indices >= 0))
-        tf.print("tf_lso: skipped step", self.step, "-", self.count,
-                 "gradient(s) not finite, for:",
-                 tf.strings.reduce_join(offending, separator=", "),
-                 output_stream=sys.stderr)
+        offending = tf.strings.reduce_join(
+            tf.gather(names, tf.boolean_mask(self.indices, self.indices >= 0)),
+            separator=", ")
+
+        def line(why):
+            def print_line():
+                tf.print("tf_lso: skipped step", self.step, "-", *why,
+                         self.count, "gradient(s) not finite, for:",
+                         offending, output_stream=sys.stderr)
+            return print_line
+
+        tf.switch_case(tf.cast(self.cause - UNKNOWN_CAUSE, tf.int32), [
+            line(()),
+            line(("the loss was finite (the gradients overflowed at this "
+                  "loss scale);",)),
+            line(("the loss itself was not finite;",)),
+        ])
 
     def check(self, consecutive, names_id):
-        """Raises if more than `max_consecutive_skips` steps in a row skipped.
+        """Raises if training must stop after the step just recorded.
 
-        Eagerly a RuntimeError; in a `tf.function` an InvalidArgumentError
-        (a `tf.debugging.Assert`). Under `jit_compile=True`, where XLA drops
-        assertions, nothing happens: use `LossScaleMonitor` there.
+        With `stop_on_nonfinite_loss`, at a step skipped with a non-finite
+        loss; with `max_consecutive_skips`, when more steps in a row were
+        skipped. Eagerly a RuntimeError; in a `tf.function` an
+        InvalidArgumentError (a `tf.debugging.Assert`). Under
+        `jit_compile=True`, where XLA drops assertions, nothing happens: use
+        `LossScaleMonitor` there.
         """
         limit = self.max_consecutive_skips
-        if limit is None:
+        if limit is None and not self.stop_on_nonfinite_loss:
             return
         if tf.executing_eagerly():
-            overflow = self.last()
-            if is_stuck(overflow, limit):
-                raise RuntimeError(stuck_message(limit, overflow))
+            message = self.stop_message(limit)
+            if message is not None:
+                raise RuntimeError(message)
             return
         if compat.in_xla_context():
             return
         names = tf.constant(self._names[names_id])
-        offending = tf.gather(
-            names, tf.boolean_mask(self.indices, self.indices >= 0))
-        parts = _stuck_parts(
-            limit, consecutive, self.step, self.count,
-            tf.strings.reduce_join(offending, separator=", "))
-        message = tf.strings.join([
-            part if isinstance(part, str) or part.dtype == tf.string
-            else tf.strings.as_string(part) for part in parts])
+        offending = tf.strings.reduce_join(
+            tf.gather(names, tf.boolean_mask(self.indices, self.indices >= 0)),
+            separator=", ")
+        is_loss = tf.equal(self.cause, LOSS)
+        if self.stop_on_nonfinite_loss:
+            tf.debugging.Assert(tf.logical_not(is_loss), [_joined(_loss_parts(
+                LOSS_STOP_LEAD, self.consecutive_loss, self.step, self.count,
+                offending))])
+        if limit is None:
+            return
+        message = tf.where(
+            is_loss,
+            _joined(_loss_parts(_stuck_lead(limit, consecutive),
+                                self.consecutive_loss, self.step, self.count,
+                                offending)),
+            _joined(_stuck_parts(limit, consecutive, self.step, self.count,
+                                 offending)))
         tf.debugging.Assert(consecutive <= limit, [message])
+
+    def stop_message(self, limit, iterations=None, stop_on_loss=None):
+        """Why training must stop now, or None. Eager only.
+
+        Args:
+            limit: `max_consecutive_skips` (None: only a non-finite loss
+                stops, if `stop_on_loss`).
+            iterations: As in `is_stuck`.
+            stop_on_loss: Whether a non-finite loss stops (default: this
+                record's `stop_on_nonfinite_loss`).
+        """
+        if stop_on_loss is None:
+            stop_on_loss = self.stop_on_nonfinite_loss
+        overflow = self.last()
+        if overflow is None or (iterations is not None
+                                and overflow.step + 1 < iterations):
+            return None
+        consecutive_loss = int(self.consecutive_loss.numpy())
+        if stop_on_loss and overflow.cause == "loss":
+            return loss_stop_message(overflow, consecutive_loss)
+        if limit is not None and is_stuck(overflow, limit):
+            return stuck_message(limit, overflow, consecutive_loss)
+        return None
 
     def last(self):
         """The last skipped step as an `Overflow`, or None. Eager only.
@@ -239,4 +385,242 @@ class OverflowRecord(tf.Module):
         names = self._names[int(self.names_id.numpy())]
         variables = tuple(names[i] for i in self.indices.numpy() if i >= 0)
         return Overflow(step, int(self.count.numpy()), variables,
-                        int(self.consecutive.numpy()))
+                        int(self.consecutive.numpy()),
+                        CAUSES[int(self.cause.numpy())])
+
+
+def _joined(parts):
+    """One string tensor of message parts (strings and numeric tensors)."""
+    return tf.strings.join([
+        part if isinstance(part, str) or part.dtype == tf.string
+        else tf.strings.as_string(part) for part in parts])
+
+
+class SeenLosses:
+    """Whether the loss the optimizer last scaled was finite, per thread.
+
+    `get_scaled_loss` and `scale_loss` see the loss before it is scaled;
+    the `apply_gradients` that follows in the same thread and graph (each
+    replica of a `MirroredStrategy` runs in a thread of its own) takes the
+    verdict, for the record of a skipped step. Only a bool tensor is kept:
+    nothing is read back to the host, and a `tf.function` computes it next
+    to the loss.
+    """
+
+    _MAX_ENTRIES = 16  # Replica threads each keep one; keep it small.
+
+    def __init__(self):
+        self._entries = {}
+
+    @staticmethod
+    def _graph():
+        return None if tf.executing_eagerly() else (
+            tf.compat.v1.get_default_graph())
+
+    def see(self, loss):
+        """Keeps whether `loss` (a float tensor) has an Inf or NaN."""
+        if len(self._entries) >= self._MAX_ENTRIES:
+            self._entries.clear()
+        nonfinite = tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))
+        self._entries[threading.get_ident()] = (self._graph(), nonfinite)
+
+    def take(self):
+        """The verdict on the loss last seen in this thread and graph.
+
+        Returns:
+            A bool scalar tensor (True: not finite), or None if no loss was
+            seen since the last apply. Each verdict is taken once.
+        """
+        entry = self._entries.pop(threading.get_ident(), None)
+        if entry is None or entry[0] is not self._graph():
+            return None
+        return entry[1]
+
+
+# float16's smallest normal number and its largest finite one.
+FLOAT16_MIN_NORMAL = 2.0**-14
+FLOAT16_MAX = 65504.0
+
+
+class GradientReport(collections.namedtuple(
+        "GradientReport",
+        "loss_scale variables zero_share below_normal_share headroom size")):
+    """How a step's gradients sit in float16's range at the loss scale.
+
+    What `opt.gradient_report(...)` returns, and
+    `LossScaleMonitor(gradient_report_freq=N)` keeps. Per variable (in the
+    order given; a `None` gradient has NaN shares and headroom, and size 0),
+    for the gradient multiplied by the loss scale, as the float16 backward
+    pass holds it (an `IndexedSlices`: the rows it holds):
+
+    Attributes:
+        loss_scale: The loss scale the shares are computed at.
+        variables: The variables' names (Keras `path`, else `name`).
+        zero_share: The share of elements that are exactly 0: in float16
+            they carry no gradient (a true 0, or one that underflowed).
+        below_normal_share: The share of elements whose magnitude is below
+            float16's smallest normal, 2**-14 (zeros included): in float16
+            these are 0 or subnormal, with fewer significant bits.
+        headroom: How many times the largest element can still double
+            before it passes float16's maximum (65504):
+            `floor(log2(65504 / max|g * scale|))`; negative if it is past
+            it already, `inf` for an all-zero gradient.
+        size: The number of elements the shares are over.
+
+    Eagerly the per-variable fields are NumPy arrays; inside a
+    `tf.function`, tensors.
+
+    >>> report = tf_lso.GradientReport(
+    ...     1024.0, ("w", "b"), np.array([0.5, 0.0]), np.array([0.75, 0.0]),
+    ...     np.array([3.0, 10.0]), np.array([3, 1]))
+    >>> float(report.total_zero_share), float(report.min_headroom)
+    (0.375, 3.0)
+    """
+
+    @property
+    def total_zero_share(self):
+        """`zero_share` over every element of every gradient."""
+        return _weighted(self.zero_share, self.size)
+
+    @property
+    def total_below_normal_share(self):
+        """`below_normal_share` over every element of every gradient."""
+        return _weighted(self.below_normal_share, self.size)
+
+    @property
+    def min_headroom(self):
+        """The headroom of the largest scaled gradient element of all."""
+        headroom = tf.cast(self.headroom, tf.float32)
+        return tf.reduce_min(tf.where(tf.math.is_nan(headroom),
+                                      tf.constant(float("inf")), headroom))
+
+
+def _weighted(shares, sizes):
+    shares = tf.cast(shares, tf.float32)
+    sizes = tf.cast(sizes, tf.float32)
+    present = sizes > 0
+    total = tf.reduce_sum(tf.where(present, shares * sizes, 0.0))
+    return total / tf.reduce_sum(sizes)
+
+
+def gradient_statistics(packed, scale, values=None):
+    """The per-gradient fields of a `GradientReport`, as tensors.
+
+    Args:
+        packed: The unscaled gradients, a `packing.Packed`.
+        scale: The loss scale (float32 scalar).
+        values: Tensors shaped like `packed.values` (default: its own).
+
+    Returns:
+        (zero_share, below_normal_share, headroom, size): float32 vectors
+        with one entry per gradient; NaN (size 0) for `None` gradients.
+    """
+    scale = tf.cast(scale, tf.float32)
+    nan = float("nan")
+
+    def scaled(rows):
+        return tf.abs(rows * scale)
+
+    def share(predicate):
+        def reduce(rows):
+            return tf.reduce_mean(tf.cast(predicate(scaled(rows)),
+                                          tf.float32), axis=1)
+        return reduce
+
+    def headroom(rows):
+        largest = tf.reduce_max(scaled(rows), axis=1)
+        return tf.floor(tf.math.log(FLOAT16_MAX / largest) / math.log(2.0))
+
+    def size(rows):
+        return tf.fill(tf.shape(rows)[:1], tf.cast(tf.shape(rows)[1],
+                                                   tf.float32))
+
+    return (
+        packed.per_gradient(share(lambda x: tf.equal(x, 0.0)), nan, values),
+        packed.per_gradient(share(lambda x: x < FLOAT16_MIN_NORMAL), nan,
+                            values),
+        packed.per_gradient(headroom, nan, values),
+        packed.per_gradient(size, 0.0, values),
+    )
+
+
+def host_report(scale, names, statistics):
+    """A `GradientReport` of NumPy values (eagerly), else of tensors."""
+    zero, below, headroom, size = statistics
+    if tf.executing_eagerly():
+        return GradientReport(
+            float(scale), tuple(names), zero.numpy(), below.numpy(),
+            headroom.numpy(), size.numpy().astype("int64"))
+    return GradientReport(scale, tuple(names), zero, below, headroom,
+                          tf.cast(size, tf.int64))
+
+
+class GradientReportRecord(tf.Module):
+    """The on-device `GradientReport` of a requested step (opt-in).
+
+    Off (`enabled` False, the default) it adds nothing to the step. On, a
+    step whose `requested` flag is set computes the report on its summed,
+    unscaled gradients at its loss scale (in the skip branch of a cond,
+    shared by every replica, as the skip decision is), stores it here and
+    clears the flag; other steps only read the flag.
+    """
+
+    def __init__(self):
+        super().__init__(name="gradient_report")
+        self.enabled = False
+        self.requested = replicas.state_variable(
+            False, tf.bool, "gradient_report_requested")
+        self.step = replicas.state_variable(-1, tf.int64,
+                                            "gradient_report_step")
+        self.scale = replicas.state_variable(0.0, tf.float32,
+                                             "gradient_report_scale")
+        self.names_id = replicas.state_variable(-1, tf.int64,
+                                                "gradient_report_names_id")
+        # {names_id: a float32 variable of shape [4, number of variables]}
+        self._fields = {}
+
+    def build(self, names_id, size):
+        """Creates the storage for one `apply_gradients` list, once."""
+        if names_id not in self._fields:
+            with tf.init_scope():
+                self._fields[names_id] = replicas.state_variable(
+                    tf.zeros([4, size]), tf.float32,
+                    f"gradient_report_{names_id}")
+
+    def record(self, packed, scale, step, names_id):
+        """Stores the report of `packed` if requested. In a replica context.
+
+        Args:
+            packed: The unscaled, summed gradients (`packing.Packed`).
+            scale: The loss scale of the step.
+            step: The optimizer's `iterations`.
+            names_id: `OverflowRecord.names_id_for(var_list)`.
+        """
+        fields = self._fields[names_id]
+
+        def store(values, scale, step):
+            values = [replicas.first_replica(v) for v in values]
+            scale = replicas.first_replica(scale)
+            fields.assign(tf.stack(gradient_statistics(packed, scale,
+                                                       values)))
+            self.scale.assign(scale)
+            self.step.assign(tf.cast(replicas.first_replica(step), tf.int64))
+            self.names_id.assign(tf.constant(names_id, tf.int64))
+            self.requested.assign(False)
+
+        replicas.cond_on_all_replicas(
+            tf.logical_not(self.requested), lambda: None, store, args=(),
+            false_args=(packed.values, scale, tf.identity(step)))
+
+    def last(self, names):
+        """The last stored report, or None. Eager only.
+
+        Args:
+            names: `names_id` -> the tuple of variable names.
+        """
+        names_id = int(self.names_id.numpy())
+        if names_id < 0:
+            return None
+        zero, below, headroom, size = self._fields[names_id].numpy()
+        return GradientReport(float(self.scale.numpy()), names[names_id],
+                              zero, below, headroom, size.astype("int64"))
