@@ -205,6 +205,18 @@ def test_compile_fit_bit_equal_to_tf_keras_class(experimental, legacy_inner):
     assert model_optimizer_state == (32768.0, 8)
 
 
+def test_compile_takes_tf_lso_optimizers_without_install():
+    # Changing the imports (migration way 1; what `check --fix` writes)
+    # needs no install(): wrapping a tf_keras optimizer is enough, as Keras
+    # 3's compile takes tf_lso's Keras 3 classes with no hook at all.
+    opt = tf_lso.experimental.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.05), "dynamic")
+    model = _model()
+    _fit(model, opt, epochs=1)
+    assert model.optimizer.core is opt
+    assert not hasattr(tf.keras.mixed_precision, "experimental")
+
+
 def test_the_model_optimizer_is_the_users():
     tf_lso.install()
     opt = tf_lso.experimental.LossScaleOptimizer(

@@ -712,16 +712,16 @@ def test_findings_hold_on_the_route(source, keras3, tf_keras):
 
 
 def test_on_tf_keras_the_optimizer_finding_names_tf_keras_class_too():
-    # tf_keras's `compile` accepts only its own optimizers.
+    # tf_keras's `compile` trains with tf_lso's optimizer too (issue 41).
     source = ("import tensorflow as tf\n"
               "tf.keras.mixed_precision.experimental.LossScaleOptimizer\n"
               "tf.mixed_precision.experimental.DynamicLossScale\n")
     options = migration_check.Options(route="tf-keras")
     optimizer, loss_scale = migration_check.check_source(
         source, options=options)
-    note = ("On tf_keras, `model.compile` takes only tf_keras's own "
-            "`tf.keras.mixed_precision.LossScaleOptimizer` (TF 2.4's API); "
-            "tf_lso's works in custom loops.")
+    note = ("On tf_keras it also trains tf_keras models in "
+            "`compile`/`fit` (docs/routes.md); tf_keras's own "
+            "`tf.keras.mixed_precision.LossScaleOptimizer` is TF 2.4's API.")
     assert optimizer.message.endswith(note)
     assert note not in loss_scale.message
     assert note not in migration_check.check_source(source)[0].message

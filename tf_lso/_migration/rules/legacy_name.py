@@ -126,9 +126,10 @@ def _message(name, new, route):
                 "`get_scaled_loss`); TF 2.4's is `tf_lso.LossScaleOptimizer`.")
     message = f"`{name}` no longer exists on TensorFlow 2.16+; use `{new}`."
     if route == "tf-keras" and new == EXPERIMENTAL_LSO:
-        message += (" On tf_keras, `model.compile` takes only tf_keras's own "
-                    "`tf.keras.mixed_precision.LossScaleOptimizer` (TF 2.4's "
-                    "API); tf_lso's works in custom loops.")
+        message += (" On tf_keras it also trains tf_keras models in "
+                    "`compile`/`fit` (docs/routes.md); tf_keras's own "
+                    "`tf.keras.mixed_precision.LossScaleOptimizer` is TF "
+                    "2.4's API.")
     return message
 
 

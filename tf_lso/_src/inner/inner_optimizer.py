@@ -361,7 +361,25 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
             "optimizer that wraps it (after `model.compile`: "
             "`model.optimizer`), or wrap a new optimizer."
         )
-    return kind(optimizer)
+    inner = kind(optimizer)
+    for listener in _wrap_listeners:
+        listener(inner)
+    return inner
+
+
+# Called with every new `InnerOptimizer`: the layers above learn which kinds
+# are in use without this layer importing them (see `on_wrap`).
+_wrap_listeners = []
+
+
+def on_wrap(listener: typing.Callable[[InnerOptimizer], None]) -> None:
+    """Calls `listener(inner)` whenever `wrap` wraps an optimizer.
+
+    The legacy-Keras route's compile hook uses it: wrapping a tf_keras
+    optimizer makes tf_keras's `compile` take tf_lso's optimizers.
+    """
+    if listener not in _wrap_listeners:
+        _wrap_listeners.append(listener)
 
 
 def claim(inner: InnerOptimizer) -> None:

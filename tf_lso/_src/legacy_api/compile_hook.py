@@ -26,6 +26,7 @@ import functools
 import keras
 
 from tf_lso._src import compat
+from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.legacy_api import tf_keras_face
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 from tf_lso._src.optimizer import loss_scale_optimizer as v2
@@ -99,6 +100,17 @@ def _enable_tf_keras():
 
     compile._tf_lso_original = original
     model_class.compile = compile
+
+
+def _on_wrap(inner):
+    """Wrapping a tf_keras optimizer: tf_keras's `compile` must take the
+    tf_lso optimizer around it (`tf_keras_face`), as Keras 3's takes tf_lso's
+    Keras 3 classes with no hook at all."""
+    if tf_keras_face.is_tf_keras_kind(inner):
+        _enable_tf_keras()
+
+
+inner_lib.on_wrap(_on_wrap)
 
 
 def _disable_tf_keras():

@@ -280,3 +280,8 @@ def compile_optimizer(model, optimizer, policy=None):
 def _tf_keras_inner(optimizer):
     kind = inner_lib.kind_of(optimizer)
     return kind is not None and kind.__module__.endswith(".tf_keras")
+
+
+def is_tf_keras_kind(inner) -> bool:
+    """Whether an `InnerOptimizer` wraps a tf_keras optimizer."""
+    return type(inner).__module__.endswith(".tf_keras")
