@@ -8,9 +8,11 @@ package named `tf_lso_rev` and times, in this one process with interleaved
 rounds, the same TF 2.x-protocol training step (get_scaled_loss,
 get_unscaled_gradients, apply_gradients of SGD with momentum, in a
 tf.function) with both versions. Reports median step times and their ratio
-(this tree / REV) per model. The loss scale never overflows, so this is the
-finite path: what almost every real step runs. `--inner legacy` wraps a
-tf_keras legacy SGD (OptimizerV2) instead of Keras 3's.
+(this tree / REV) per model, and the number of ops in each traced step (its
+graph plus every function it calls, both branches of the skip cond). The
+loss scale never overflows, so this is the finite path: what almost every
+real step runs. `--inner legacy` wraps a tf_keras legacy SGD (OptimizerV2)
+instead of Keras 3's.
 """
 
 import argparse
@@ -93,6 +95,13 @@ def _step(module, init, loss, inner):
     return step
 
 
+def op_count(step):
+    """Ops in a traced `tf.function`: its graph and every function it calls."""
+    graph_def = step.get_concrete_function().graph.as_graph_def()
+    return len(graph_def.node) + sum(
+        len(f.node_def) for f in graph_def.library.function)
+
+
 def _median_step(step, seconds):
     start, count = time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
@@ -116,8 +125,9 @@ def main(argv=None):
 
         import tf_lso
 
-        print(f"| model | {args.revision} (ms) | this tree (ms) | ratio |")
-        print("|---|---|---|---|")
+        print(f"| model | {args.revision} (ms) | this tree (ms) | ratio | "
+              f"{args.revision} ops | this tree ops |")
+        print("|---|---|---|---|---|---|")
         for name, (layers, width) in MODELS.items():
             init, loss = _mlp(layers, width)
             steps = {"rev": _step(tf_lso_rev, init, loss, args.inner),
@@ -128,7 +138,8 @@ def main(argv=None):
                     times[key].append(_median_step(step, args.round_seconds))
             rev, tree = (statistics.median(times[k]) for k in ("rev", "tree"))
             print(f"| {name} | {rev * 1e3:.3f} | {tree * 1e3:.3f} | "
-                  f"{tree / rev:.3f} |")
+                  f"{tree / rev:.3f} | {op_count(steps['rev'])} | "
+                  f"{op_count(steps['tree'])} |")
 
 
 if __name__ == "__main__":

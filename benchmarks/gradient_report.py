@@ -17,7 +17,8 @@ optimizers over copies of the same variables:
   included).
 
 Reports the median step times and each one's ratio to `off` (the median of
-the per-round ratios). The loss scale never overflows.
+the per-round ratios), and the ops in the traced step off and on. The loss
+scale never overflows.
 """
 
 import argparse
@@ -57,6 +58,7 @@ def _step(init, loss, inner, variant):
 
     for _ in range(5):
         run()
+    run.ops = compare_revisions.op_count(step)
     return run
 
 
@@ -69,8 +71,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     variants = ("off", "on", "every step")
     print("| model | off (ms) | on, not requested (ms) | ratio | "
-          "every step (ms) | ratio |")
-    print("|---|---|---|---|---|---|")
+          "every step (ms) | ratio | ops off | ops on |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, (layers, width) in compare_revisions.MODELS.items():
         init, loss = compare_revisions._mlp(layers, width)
         steps = {v: _step(init, loss, args.inner, v) for v in variants}
@@ -86,7 +88,8 @@ def main(argv=None):
         print(f"| {name} | {medians['off'] * 1e3:.3f} | "
               f"{medians['on'] * 1e3:.3f} | {ratios['on']:.3f} | "
               f"{medians['every step'] * 1e3:.3f} | "
-              f"{ratios['every step']:.3f} |")
+              f"{ratios['every step']:.3f} | {steps['off'].ops} | "
+              f"{steps['on'].ops} |")
 
 
 if __name__ == "__main__":

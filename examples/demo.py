@@ -9,6 +9,15 @@ the scale grows again every 20 finite steps.
 
     python examples/demo.py             # TensorFlow's start-up notices hidden
     python examples/demo.py --tf-logs   # shown
+
+With `--gradient-report` it also shows what the loss scale is for: at steps
+1, 150 and 300 it reports (`opt.gradient_report`) how that step's gradients
+sit in float16's range at the dynamic loss scale and, for the same batch
+and weights, at a loss scale of 1: the share of elements that are 0, the
+share below float16's smallest normal, and the headroom (doublings left
+for the largest element).
+
+    python examples/demo.py --gradient-report
 """
 
 import contextlib
@@ -83,12 +92,20 @@ def main():
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
+    reports = []
+    if "--gradient-report" in sys.argv:
+        report = gradient_reporter(model, opt)
+
     print(f"{'step':>5} {'loss scale':>11} {'skipped':>8} {'loss':>10}")
     for step in range(1, STEPS + 1):
         x = rng.normal(size=(64, 16)).astype("float32")
         y = x @ true_w
         if step in OVERFLOW_STEPS:
             x = x * 1e4  # float16 activations overflow: a non-finite step.
+        if "--gradient-report" in sys.argv and step in REPORT_STEPS:
+            with tensorflow_notices_silenced():  # Tracing logs notices.
+                reports.append((step, *report(tf.constant(x),
+                                              tf.constant(y))))
         if step == 1:  # Tracing logs float16 kernel notices.
             with tensorflow_notices_silenced():
                 loss = train_step(tf.constant(x), tf.constant(y))
@@ -102,6 +119,68 @@ def main():
     print(f"done: {int(opt.iterations.numpy())} iterations, "
           f"{int(opt.skipped_steps.numpy())} skipped, "
           f"final loss scale {float(opt.loss_scale):.0f}")
+    if reports:
+        print_reports(reports)
+
+
+REPORT_STEPS = (1, 150, 300)
+
+
+def gradient_reporter(model, opt):
+    """A function of a batch: its gradient reports at opt's scale and at 1.
+
+    The gradients are computed as the training step computes them (float16
+    layers, the loss scaled), once with `opt`'s current scale and once with
+    a fixed scale of 1, and neither is applied.
+    """
+    at_one = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False,
+                                       initial_scale=1)
+
+    def gradients_with(optimizer):
+        @tf.function
+        def gradients(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+                scaled_loss = optimizer.get_scaled_loss(loss)
+            return optimizer.get_unscaled_gradients(
+                tape.gradient(scaled_loss, model.trainable_variables))
+
+        return gradients
+
+    dynamic_gradients, gradients_at_one = map(gradients_with, (opt, at_one))
+
+    def report(x, y):
+        variables = model.trainable_variables
+        return (opt.gradient_report(dynamic_gradients(x, y), variables),
+                at_one.gradient_report(gradients_at_one(x, y), variables))
+
+    return report
+
+
+def print_reports(reports):
+    """The reports' totals, then the last step's per variable."""
+    print("\ngradients in float16's range (zero / below 2**-14 / headroom "
+          "in doublings):")
+    print(f"{'step':>5} {'loss scale':>11} {'zero':>7} {'below':>7} "
+          f"{'room':>5} | {'scale 1:':>8} {'zero':>7} {'below':>7} "
+          f"{'room':>5}")
+    for step, dynamic, at_one in reports:
+        print(f"{step:>5} {dynamic.loss_scale:>11.0f} "
+              f"{float(dynamic.total_zero_share):>7.2%} "
+              f"{float(dynamic.total_below_normal_share):>7.2%} "
+              f"{float(dynamic.min_headroom):>5.0f} | {'':>8} "
+              f"{float(at_one.total_zero_share):>7.2%} "
+              f"{float(at_one.total_below_normal_share):>7.2%} "
+              f"{float(at_one.min_headroom):>5.0f}")
+    step, dynamic, at_one = reports[-1]
+    print(f"\nstep {step}, per variable:")
+    for i, name in enumerate(dynamic.variables):
+        print(f"  {name:<26} {dynamic.zero_share[i]:>7.2%} "
+              f"{dynamic.below_normal_share[i]:>7.2%} "
+              f"{dynamic.headroom[i]:>5.0f} | {'':>8} "
+              f"{at_one.zero_share[i]:>7.2%} "
+              f"{at_one.below_normal_share[i]:>7.2%} "
+              f"{at_one.headroom[i]:>5.0f}")
 
 
 if __name__ == "__main__":

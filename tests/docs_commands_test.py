@@ -16,6 +16,7 @@ stays true.
 
 import ast
 import importlib.metadata
+import math
 import os
 import pathlib
 import re
@@ -206,6 +207,26 @@ def _demo(done, tmp_path):
     assert not _TF_LOG.search(done.stderr), done.stderr
 
 
+def _demo_gradient_report(done, tmp_path):
+    """The demo, then its gradient reports (docs/training_health.md): at
+    scale 1 more elements are below float16's normal range than at the
+    dynamic scale, where the headroom is smaller by the scale's doublings."""
+    del tmp_path
+    lines = done.stdout.splitlines()
+    assert "done: 300 iterations, 5 skipped, final loss scale 32768" in lines
+    rows = lines[lines.index(
+        " step  loss scale    zero   below  room | scale 1:    zero   below"
+        "  room") + 1:][:3]
+    assert [row.split()[0] for row in rows] == ["1", "150", "300"]
+    for row in rows:
+        _, scale, _, below, room, _, _, below_at_1, room_at_1 = row.split()
+        assert float(below_at_1[:-1]) > float(below[:-1]), row
+        assert int(room_at_1) - int(room) in range(
+            int(math.log2(float(scale))) - 1,
+            int(math.log2(float(scale))) + 2), row
+    assert not _TF_LOG.search(done.stderr), done.stderr
+
+
 def _demo_with_notices(done, tmp_path):
     del tmp_path
     assert _TF_LOG.search(done.stderr), done.stderr
@@ -245,6 +266,7 @@ OUTPUT = {
     '".[tensorflow,examples,migrate]" && .venv/bin/python examples/demo.py':
         _demo,
     "python examples/demo.py --tf-logs": _demo_with_notices,
+    "python examples/demo.py --gradient-report": _demo_gradient_report,
     "python examples/plot_training_health.py": _plot,
     ".venv/bin/python examples/multi_worker.py --steps 30": _multi_worker,
 }
