@@ -356,7 +356,7 @@ class Packed:
         return tf.gather(tf.concat(flags, 0), tf.constant(order, tf.int32))
 
     def per_gradient(self, reduce_fn, missing, values=None):
-        """One number per gradient, computed on the packed values.
+        """A few numbers per gradient, computed on the packed values.
 
         Like `nonfinite_per_gradient`: a stack is reduced once for all its
         members, and the results are put in gradient order with one gather.
@@ -364,12 +364,14 @@ class Packed:
         Args:
             reduce_fn: Takes a float32 matrix, one row per gradient (its
                 elements flattened; an `IndexedSlices`' values), and
-                returns a float32 vector, one number per row.
-            missing: The number for `None` gradients.
+                returns a float32 matrix with one row per gradient and one
+                column per number.
+            missing: The numbers for `None` gradients (a list, one per
+                column).
             values: Tensors shaped like `self.values` (default: our own).
 
         Returns:
-            A float32 vector with one entry per gradient.
+            A float32 matrix: one row per gradient, one column per number.
         """
         values = self.values if values is None else values
         stacks = {entry.index for entry in self._plan

@@ -518,30 +518,21 @@ def gradient_statistics(packed, scale, values=None):
     scale = tf.cast(scale, tf.float32)
     nan = float("nan")
 
-    def scaled(rows):
-        return tf.abs(rows * scale)
+    def reduce(rows):
+        # One pass per packed value: every number from the same |g * s|.
+        scaled = tf.abs(rows * scale)
+        count = tf.cast(tf.shape(rows)[1], tf.float32)
+        zero = tf.reduce_sum(tf.cast(tf.equal(scaled, 0.0), tf.float32), 1)
+        below = tf.reduce_sum(
+            tf.cast(scaled < FLOAT16_MIN_NORMAL, tf.float32), 1)
+        largest = tf.reduce_max(scaled, axis=1)
+        return tf.stack([zero / count, below / count, largest,
+                         tf.fill(tf.shape(largest), count)], axis=1)
 
-    def share(predicate):
-        def reduce(rows):
-            return tf.reduce_mean(tf.cast(predicate(scaled(rows)),
-                                          tf.float32), axis=1)
-        return reduce
-
-    def headroom(rows):
-        largest = tf.reduce_max(scaled(rows), axis=1)
-        return tf.floor(tf.math.log(FLOAT16_MAX / largest) / math.log(2.0))
-
-    def size(rows):
-        return tf.fill(tf.shape(rows)[:1], tf.cast(tf.shape(rows)[1],
-                                                   tf.float32))
-
-    return (
-        packed.per_gradient(share(lambda x: tf.equal(x, 0.0)), nan, values),
-        packed.per_gradient(share(lambda x: x < FLOAT16_MIN_NORMAL), nan,
-                            values),
-        packed.per_gradient(headroom, nan, values),
-        packed.per_gradient(size, 0.0, values),
-    )
+    zero, below, largest, size = tf.unstack(
+        packed.per_gradient(reduce, [nan, nan, nan, 0.0], values), axis=1)
+    headroom = tf.floor(tf.math.log(FLOAT16_MAX / largest) / math.log(2.0))
+    return zero, below, headroom, size
 
 
 def host_report(scale, names, statistics):
