@@ -55,6 +55,9 @@ NOT_RUN = {
     ".venv/bin/nox -s benchmarks -- ablation.py --mirrored": _BENCHMARK,
     ".venv/bin/python benchmarks/compare_revisions.py f5f75ad~1 --rounds 40 "
     "--round-seconds 0.3": _BENCHMARK,
+    ".venv/bin/python benchmarks/compare_revisions.py 9df61bf~1 --rounds 20":
+        _BENCHMARK,
+    ".venv/bin/python benchmarks/gradient_report.py --rounds 15": _BENCHMARK,
     ".venv/bin/python benchmarks/ablation.py --marker candidates --shapes "
     '"10 independent vars" "MLP 100 layers x 32 (200 vars)" "Keras Dense '
     '100 layers x 32 (200 vars)" --variants tf_lso_keras tf_lso_legacy '

@@ -408,3 +408,24 @@ def test_print_overflows_names_the_cause(mode, capfd):
         "overflowed at this loss scale); 1 gradient(s) not finite, for: "
         '"a:0"',
     ]
+
+
+class GradientAccumulationTest(tf.test.TestCase):
+    def test_window_dropped_for_a_nan_loss_says_so(self):
+        if not test_util.keras_has_gradient_accumulation():
+            self.skipTest("Keras 3.4+ has gradient accumulation")
+        variables = _variables()
+        opt = tf_lso.LossScaleOptimizer(
+            keras.optimizers.SGD(0.1, gradient_accumulation_steps=2),
+            initial_scale=8)
+        step = _tf2_step(opt, variables, {"tf_function": True})
+        step(tf.constant(1.0))
+        step(tf.constant(NAN))  # The first window's second call.
+        # `iterations` counts windows here.
+        self.assertEqual(opt.last_overflow,
+                         tf_lso.Overflow(0, 1, ("a:0",), 1, "loss"))
+        step(tf.constant(1e38))  # The next window's first call.
+        step(tf.constant(1.0))
+        self.assertEqual(opt.last_overflow,
+                         tf_lso.Overflow(1, 1, ("a:0",), 2, "gradients"))
+        self.assertEqual(test_util.num(opt.nonfinite_loss_steps), 1)
