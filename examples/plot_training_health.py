@@ -13,7 +13,12 @@ Needs matplotlib: `pip install "tf_lso[examples]"`.
     python examples/plot_training_health.py
 
 `--output PATH` saves the PNG elsewhere, `--steps N` trains longer or
-shorter.
+shorter. `--gradient-report` adds a third panel beside them: at every step,
+the share of gradient elements below float16's smallest normal at the loss
+scale, and the headroom (doublings left for the largest element), from
+`opt.gradient_report` (docs/training_health.md):
+
+    python examples/plot_training_health.py --gradient-report
 """
 
 import argparse
@@ -29,12 +34,18 @@ def _bad(step):
     return 60 <= step < 65 or (step > 100 and step % 50 == 0)
 
 
-def train(steps):
+def train(steps, gradient_report=False):
     """Runs the training.
+
+    Args:
+        steps: How many steps.
+        gradient_report: Whether to report every step's gradients.
 
     Returns:
         (the loss scale each step was taken with, whether each step was
-        skipped, each step's loss, the optimizer).
+        skipped, each step's loss, the optimizer, and with
+        `gradient_report` each step's (below-normal share, headroom), else
+        None).
     """
     import keras
     import numpy as np
@@ -66,30 +77,37 @@ def train(steps):
             scaled_loss = opt.get_scaled_loss(loss)
         grads = opt.get_unscaled_gradients(
             tape.gradient(scaled_loss, model.trainable_variables))
+        report = ()
+        if gradient_report:  # At the scale this step is taken with.
+            totals = opt.gradient_report(grads)
+            report = (totals.total_below_normal_share, totals.min_headroom)
         opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+        return loss, report
 
-    scales, skipped, losses = [], [], []
+    scales, skipped, losses, reports = [], [], [], []
     for step in range(steps):
         scales.append(float(opt.loss_scale))
         before = int(opt.skipped_steps.numpy())
         if step == 0:  # Tracing logs kernel notices.
             with tensorflow_notices_silenced():
-                loss = train_step(x, y)
+                loss, report = train_step(x, y)
         else:
-            loss = train_step(x, y * (6e4 if _bad(step) else 1.0))
+            loss, report = train_step(x, y * (6e4 if _bad(step) else 1.0))
         skipped.append(int(opt.skipped_steps.numpy()) > before)
         losses.append(float(loss))
-    return scales, skipped, losses, opt
+        reports.append(tuple(float(value) for value in report))
+    return scales, skipped, losses, opt, reports if gradient_report else None
 
 
-def figure(scales, skipped, losses):
+def figure(scales, skipped, losses, reports=None):
     """The plot, as a matplotlib Figure with two axes: scale and loss.
 
     Args:
         scales: The loss scale each step was taken with.
         skipped: Whether each step was skipped.
         losses: Each step's loss.
+        reports: None, or each step's (below-normal share, headroom): a
+            third axis shows them (the headroom on a twin axis).
     """
     try:
         import matplotlib
@@ -103,8 +121,10 @@ def figure(scales, skipped, losses):
 
     steps = range(len(scales))
     bad = [step for step in steps if skipped[step]]
-    result, (top, bottom) = pyplot.subplots(2, 1, sharex=True,
-                                            figsize=(9, 6))
+    result, axes = pyplot.subplots(2 if reports is None else 3, 1,
+                                   sharex=True,
+                                   figsize=(9, 6 if reports is None else 8))
+    top, bottom = axes[:2]
     result.suptitle(f"Loss scaling over {len(scales)} steps: {len(bad)} "
                     "skipped for non-finite gradients")
     # A step curve: the scale only ever jumps (x2 after a run of finite
@@ -122,8 +142,26 @@ def figure(scales, skipped, losses):
     bottom.set_ylabel("loss (log)")
     bottom.set_xlabel("step")
     bottom.legend(loc="upper right")
+    if reports is not None:
+        bottom.set_xlabel("")
+        _report_axis(axes[2], steps, reports)
     result.tight_layout()
     return result
+
+
+def _report_axis(axis, steps, reports):
+    """The gradient reports: below-normal share and, on a twin, headroom."""
+    below = [100 * share for share, _ in reports]
+    axis.plot(steps, below, color="C1",
+              label="gradient elements below 2**-14 (%)")
+    axis.set_ylabel("below float16 normal (%)")
+    axis.set_xlabel("step")
+    twin = axis.twinx()
+    twin.step(steps, [room for _, room in reports], where="post",
+              color="C0", label="headroom (doublings)")
+    twin.set_ylabel("headroom (doublings)")
+    axis.legend(loc="lower left")
+    twin.legend(loc="lower right")
 
 
 def main(argv=None):
@@ -136,9 +174,12 @@ def main(argv=None):
         help="where to save the PNG (default: %(default)s)")
     parser.add_argument("--tf-logs", action="store_true",
                         help="show TensorFlow's start-up notices")
+    parser.add_argument("--gradient-report", action="store_true",
+                        help="add a panel with every step's gradient report")
     args = parser.parse_args(argv)
-    scales, skipped, losses, opt = train(args.steps)
-    figure(scales, skipped, losses).savefig(args.output)
+    scales, skipped, losses, opt, reports = train(args.steps,
+                                                  args.gradient_report)
+    figure(scales, skipped, losses, reports).savefig(args.output)
     print(f"final loss scale {float(opt.loss_scale):g}, skipped steps "
           f"{sum(skipped)}")
     print(f"last overflow: {opt.last_overflow}")

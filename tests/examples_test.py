@@ -81,3 +81,28 @@ def test_training_health_figure():
                                                           "loss (log)")
     assert [t.get_text() for t in top.get_legend().get_texts()] == [
         "loss scale", "skipped step (scale then halved)"]
+
+
+def test_training_health_figure_with_gradient_reports():
+    # --gradient-report: a third panel, the below-normal share in percent
+    # and the headroom on a twin axis, step by step.
+    pytest.importorskip(
+        "matplotlib", reason="the plot example needs matplotlib: pip install "
+        "'tf_lso[examples]'")
+    sys.path.insert(0, str(_DEMO.parent))
+    try:
+        import plot_training_health
+    finally:
+        sys.path.remove(str(_DEMO.parent))
+    reports = [(0.0, 2.0), (0.25, 1.0), (0.5, -3.0)]
+    figure = plot_training_health.figure([8.0, 8.0, 16.0], [False] * 3,
+                                         [3.0, 2.0, 1.0], reports)
+    _, middle, report, twin = figure.axes
+    assert middle.get_xlabel() == ""
+    assert report.get_xlabel() == "step"
+    assert report.get_ylabel() == "below float16 normal (%)"
+    assert list(report.get_lines()[0].get_ydata()) == [0.0, 25.0, 50.0]
+    assert twin.get_ylabel() == "headroom (doublings)"
+    headroom = twin.get_lines()[0]
+    assert headroom.get_drawstyle() == "steps-post"
+    assert list(headroom.get_ydata()) == [2.0, 1.0, -3.0]
