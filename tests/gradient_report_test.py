@@ -319,3 +319,38 @@ class MonitorTest(tf.test.TestCase, parameterized.TestCase):
         model.fit(x, y, batch_size=8, verbose=0, callbacks=[monitor])
         self.assertIsNotNone(monitor.last_gradient_report)
         self.assertEqual(test_util.num(opt._gradient_reports().step), 7)
+
+
+class MoreTest(tf.test.TestCase):
+    def test_tensorboard_shows_the_report(self):
+        model = _model()
+        model.compile(tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.0)),
+                      "mse")
+        log_dir = self.create_tempdir().full_path
+        model.fit(*_data(), batch_size=8, epochs=1, verbose=0, callbacks=[
+            tf_lso.callbacks.LossScaleMonitor(gradient_report_freq=2),
+            keras.callbacks.TensorBoard(log_dir, update_freq=1)])
+        tags = set()
+        for path in tf.io.gfile.glob(log_dir + "/train/*"):
+            for event in tf.compat.v1.train.summary_iterator(path):
+                tags.update(v.tag for v in event.summary.value)
+        for name in ("gradient_zero_share", "gradient_below_normal_share",
+                     "gradient_headroom"):
+            self.assertIn(f"epoch_{name}", tags)
+            self.assertIn(f"batch_{name}", tags)
+
+    def test_mirrored_eager_custom_loop(self):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            variables = [tf.Variable(tf.zeros([3]), name="w")]
+            opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.0),
+                                            initial_scale=2)
+        opt._gradient_reports().enabled = True
+        opt._gradient_reports().requested.assign(True)
+        strategy.run(lambda: opt.apply_gradients(
+            [(tf.constant([0.0, 2.0**-20, 1.0]), variables[0])]))
+        report = opt._last_gradient_report()
+        # Summed over two replicas, at scale 2: 0, 2**-18, 4.
+        self.assertAllClose(report.zero_share, [1 / 3])
+        self.assertAllClose(report.below_normal_share, [2 / 3])
+        self.assertAllEqual(report.headroom, [13.0])

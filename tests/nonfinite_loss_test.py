@@ -429,3 +429,33 @@ class GradientAccumulationTest(tf.test.TestCase):
         self.assertEqual(opt.last_overflow,
                          tf_lso.Overflow(1, 1, ("a:0",), 2, "gradients"))
         self.assertEqual(test_util.num(opt.nonfinite_loss_steps), 1)
+
+
+class MirroredStopTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(("eager", False), ("tf_function", True))
+    def test_nan_loss_on_one_replica_stops_every_replica(
+            self, use_tf_function):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            variables = _variables()
+            opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
+                                            stop_on_nonfinite_loss=True)
+
+        def replica_step(x):
+            x = tf.where(tf.equal(test_util.replica_id(), 1), x,
+                         tf.constant(1.0))
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(_loss(variables, x))
+            grads = opt.get_unscaled_gradients(
+                tape.gradient(scaled, variables))
+            opt.apply_gradients(zip(grads, variables))
+
+        step = test_util.maybe_function(
+            lambda x: strategy.run(replica_step, args=(x,)), use_tf_function)
+        step(tf.constant(1.0))
+        error = (tf.errors.InvalidArgumentError if use_tf_function
+                 else RuntimeError)
+        with self.assertRaisesRegex(error, "stop_on_nonfinite_loss=True"):
+            step(tf.constant(NAN))
+        self.assertEqual(opt.last_overflow,
+                         tf_lso.Overflow(1, 1, ("a:0",), 1, "loss"))
