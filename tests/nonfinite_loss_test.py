@@ -5,6 +5,8 @@ The optimizer sees the loss before scaling it (`get_scaled_loss`,
 loss itself was not finite, and `stop_on_nonfinite_loss` stops there.
 """
 
+import threading
+
 import keras
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
+from tf_lso._src.optimizer import training_health
 
 import test_util
 
@@ -459,3 +462,27 @@ class MirroredStopTest(tf.test.TestCase, parameterized.TestCase):
             step(tf.constant(NAN))
         self.assertEqual(opt.last_overflow,
                          tf_lso.Overflow(1, 1, ("a:0",), 1, "loss"))
+
+
+def test_seen_losses_drop_the_oldest_verdicts_first():
+    seen = training_health.SeenLosses()
+    for stale in range(seen._MAX_ENTRIES - 1):  # Threads that never apply.
+        seen._entries[-1 - stale] = (None, tf.constant(False))
+    saw, done, taken = threading.Event(), threading.Event(), []
+
+    def replica():  # Sees its loss, applies after the main thread saw.
+        seen.see(tf.constant(NAN))
+        saw.set()
+        done.wait()
+        taken.append(seen.take())
+
+    thread = threading.Thread(target=replica)
+    thread.start()
+    saw.wait()
+    seen.see(tf.constant(1.0))  # Full: the oldest stale verdict goes.
+    done.set()
+    thread.join()
+    assert len(seen._entries) == seen._MAX_ENTRIES - 1
+    assert bool(taken[0]) is True
+    assert bool(seen.take()) is False
+    assert seen.take() is None  # Taken once.

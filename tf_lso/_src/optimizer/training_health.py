@@ -407,7 +407,9 @@ class SeenLosses:
     to the loss.
     """
 
-    _MAX_ENTRIES = 16  # Replica threads each keep one; keep it small.
+    # Replica threads each keep one until their apply takes it; threads
+    # that never apply leave theirs, the oldest of which go first.
+    _MAX_ENTRIES = 64
 
     def __init__(self):
         self._entries = {}
@@ -419,10 +421,12 @@ class SeenLosses:
 
     def see(self, loss):
         """Keeps whether `loss` (a float tensor) has an Inf or NaN."""
+        thread = threading.get_ident()
+        self._entries.pop(thread, None)
         if len(self._entries) >= self._MAX_ENTRIES:
-            self._entries.clear()
+            self._entries.pop(next(iter(self._entries)))
         nonfinite = tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))
-        self._entries[threading.get_ident()] = (self._graph(), nonfinite)
+        self._entries[thread] = (self._graph(), nonfinite)
 
     def take(self):
         """The verdict on the loss last seen in this thread and graph.
