@@ -55,7 +55,7 @@ NOT_RUN = {
     ".venv/bin/nox -s benchmarks -- ablation.py --mirrored": _BENCHMARK,
     ".venv/bin/python benchmarks/compare_revisions.py f5f75ad~1 --rounds 40 "
     "--round-seconds 0.3": _BENCHMARK,
-    ".venv/bin/python benchmarks/compare_revisions.py 9df61bf~1 --rounds 20":
+    ".venv/bin/python benchmarks/compare_revisions.py 67736e2 --rounds 30":
         _BENCHMARK,
     ".venv/bin/python benchmarks/gradient_report.py --rounds 15": _BENCHMARK,
     ".venv/bin/python benchmarks/ablation.py --marker candidates --shapes "
