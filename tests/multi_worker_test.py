@@ -161,7 +161,9 @@ def test_overflow_on_one_worker_skips_on_both(bad_worker, shared_run,
     assert after["counter"] == 1
     # Both workers name the variable that overflowed on one of them.
     assert first["overflow"] is None
-    assert skipped["overflow"] == after["overflow"] == [1, 1, ["Variable:0"], 1]
+    # (The gradients overflowed, not the loss: issue 43's `cause`.)
+    assert skipped["overflow"] == after["overflow"] == [
+        1, 1, ["Variable:0"], 1, "gradients"]
 
 
 def test_clipping_sees_the_sum_over_workers(shared_run, tmp_path):
