@@ -415,3 +415,17 @@ def test_a_tf24_checkpoint_restores_into_a_compiled_model(tmp_path,
     for got, expected in zip(reader.weights, writer.weights):
         np.testing.assert_array_equal(got, expected)
     assert float(opt.loss_scale) == float(writer.optimizer.loss_scale)
+
+
+def test_a_nonfinite_loss_is_reported_through_the_face():
+    # Issue 43's cause reaches tf_keras's fit: the face's minimize is the
+    # tf_lso optimizer's, which sees the loss before scaling it.
+    x, y = _data()
+    y[2] = np.nan  # The first batch's loss.
+    opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(0.05),
+                                    initial_scale=8)
+    model = _model()
+    model.compile(opt, "mse")
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    assert opt.last_overflow.cause == "loss"
+    assert int(opt.nonfinite_loss_steps) == int(opt.skipped_steps) == 1
