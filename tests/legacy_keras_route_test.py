@@ -429,3 +429,23 @@ def test_a_nonfinite_loss_is_reported_through_the_face():
     model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
     assert opt.last_overflow.cause == "loss"
     assert int(opt.nonfinite_loss_steps) == int(opt.skipped_steps) == 1
+
+
+def test_loss_scale_monitor_in_tf_keras_fit():
+    x, y = _data()
+    y[2] = np.inf  # The first batch overflows.
+    opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(0.05),
+                                    initial_scale=8)
+    model = _model()
+    model.compile(opt, "mse")
+    logged = []
+    history = model.fit(x, y, batch_size=8, shuffle=False, verbose=0,
+                        callbacks=[
+                            tf_lso.callbacks.LossScaleMonitor(update_freq=1),
+                            tf.keras.callbacks.LambdaCallback(
+                                on_train_batch_end=lambda batch, logs:
+                                logged.append((logs["loss_scale"],
+                                               logs["skipped_steps"])))])
+    assert logged == [(4.0, 1), (4.0, 1), (4.0, 1), (4.0, 1)]
+    assert history.history["loss_scale"] == [4.0]
+    assert history.history["skipped_steps"] == [1]

@@ -117,10 +117,30 @@ class LossScaleMonitor(keras.callbacks.Callback):
         # `skipped_steps` at the last stuck check (None: check in full).
         self._skipped_at_last_check = None
 
+    # tf_keras's fit (the legacy-Keras route) calls its callbacks through
+    # these: a Keras 3 callback has none of them.
+    _supports_tf_logs = False
+
+    def _implements_train_batch_hooks(self):
+        return True
+
+    def _implements_test_batch_hooks(self):
+        return False
+
+    def _implements_predict_batch_hooks(self):
+        return False
+
+    def _optimizer(self):
+        """The model's tf_lso optimizer (tf_keras's compile puts a face in
+        front of it, whose `core` it is), or what the model has."""
+        optimizer = getattr(self.model, "optimizer", None)
+        core = getattr(type(optimizer), "core", None)
+        return optimizer.core if isinstance(core, property) else optimizer
+
     def on_train_begin(self, logs: dict | None = None) -> None:
         """Checks that the model's optimizer is a tf_lso optimizer."""
         self._skipped_at_last_check = None
-        optimizer = getattr(self.model, "optimizer", None)
+        optimizer = self._optimizer()
         if not hasattr(optimizer, "skipped_steps"):
             raise ValueError(
                 "LossScaleMonitor needs a model compiled with a tf_lso "
@@ -141,10 +161,10 @@ class LossScaleMonitor(keras.callbacks.Callback):
         freq = self.gradient_report_freq
         self._report_requested = freq is not None and (batch + 1) % freq == 0
         if self._report_requested:
-            self.model.optimizer._gradient_reports().requested.assign(True)
+            self._optimizer()._gradient_reports().requested.assign(True)
 
     def _log(self, logs):
-        optimizer = self.model.optimizer
+        optimizer = self._optimizer()
         floor_skips = training_health.host_int(
             optimizer.skipped_steps_at_floor)
         if (optimizer.dynamic and not self._warned_floor
@@ -189,7 +209,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         """Logs every `update_freq` batches; checks for a stuck run."""
         if self._report_requested:
             self.last_gradient_report = (
-                self.model.optimizer._last_gradient_report())
+                self._optimizer()._last_gradient_report())
             if logs is not None:
                 self._log_report(logs)
         if self.update_freq != "epoch" and (batch + 1) % self.update_freq == 0:
@@ -199,7 +219,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
             self._check_stuck()
 
     def _check_stuck(self):
-        optimizer = self.model.optimizer
+        optimizer = self._optimizer()
         skipped = training_health.host_int(optimizer.skipped_steps)
         if skipped == self._skipped_at_last_check:
             return  # No step skipped since a check that found none stuck.
