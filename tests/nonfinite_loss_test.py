@@ -184,6 +184,15 @@ def _model():
     ])
 
 
+def _skip_overflow_under_xla_on_tf_2_16(test):
+    # Measured on TensorFlow 2.16.2 only: there XLA compiles the float16
+    # layer's backward pass so that the batch `_data` makes overflow does
+    # not (the skipped steps differ from 2.21's), so the scenario these
+    # tests build does not arise; not a tf_lso difference.
+    if tf.__version__.startswith("2.16."):
+        test.skipTest("TF 2.16's XLA does not overflow on this batch.")
+
+
 def _data(nan_batches=(), overflow_batches=(), batches=6, batch_size=4):
     rng = np.random.default_rng(2)
     x = rng.normal(size=(batches * batch_size, 3)).astype("float32")
@@ -204,6 +213,8 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
         # on two CPU devices, with a bare optimizer too.)
         ("mirrored", True, False))
     def test_fit_tells_a_nan_loss_from_an_overflow(self, mirrored, jit):
+        if jit:
+            _skip_overflow_under_xla_on_tf_2_16(self)
         scope = (test_util.mirrored_strategy().scope() if mirrored
                  else tf.distribute.get_strategy().scope())
         with scope:
@@ -378,6 +389,7 @@ class StopOnNonfiniteLossTest(tf.test.TestCase, parameterized.TestCase):
             model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
 
     def test_monitor_option_stops_fit_under_jit(self):
+        _skip_overflow_under_xla_on_tf_2_16(self)
         model = _model()
         opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1e-3),
                                             initial_scale=256)

@@ -444,6 +444,8 @@ class SeenLosses:
 # float16's smallest normal number and its largest finite one.
 FLOAT16_MIN_NORMAL = 2.0**-14
 FLOAT16_MAX = 65504.0
+# FLOAT16_MIN_NORMAL (2**-14) as a float32's bits: (127 - 14) << 23.
+_FLOAT16_MIN_NORMAL_BITS = (127 - 14) << 23
 
 
 class GradientReport(collections.namedtuple(
@@ -524,12 +526,18 @@ def gradient_statistics(packed, scale, values=None):
 
     def reduce(rows):
         # One pass per packed value: every number from the same |g * s|.
-        scaled = tf.abs(rows * scale)
+        product = rows * scale
+        # Zero and below-normal from the float32 bits of |g * s|: XLA on
+        # TensorFlow 2.16 folds a float comparison back into float16, where
+        # it took a float16 subnormal for a normal number.
+        magnitude_bits = tf.bitwise.bitwise_and(
+            tf.bitcast(product, tf.int32), 0x7FFFFFFF)
         count = tf.cast(tf.shape(rows)[1], tf.float32)
-        zero = tf.reduce_sum(tf.cast(tf.equal(scaled, 0.0), tf.float32), 1)
+        zero = tf.reduce_sum(
+            tf.cast(tf.equal(magnitude_bits, 0), tf.float32), 1)
         below = tf.reduce_sum(
-            tf.cast(scaled < FLOAT16_MIN_NORMAL, tf.float32), 1)
-        largest = tf.reduce_max(scaled, axis=1)
+            tf.cast(magnitude_bits < _FLOAT16_MIN_NORMAL_BITS, tf.float32), 1)
+        largest = tf.reduce_max(tf.abs(product), axis=1)
         return tf.stack([zero / count, below / count, largest,
                          tf.fill(tf.shape(largest), count)], axis=1)
 
