@@ -90,10 +90,10 @@ def face_class():
             return getattr(self._core, name)
 
         def __setattr__(self, name, value):
-            if name in ("lr", "learning_rate", "iterations"):
-                setattr(self._core, name, value)
-            else:
-                object.__setattr__(self, name, value)
+            # Not OptimizerV2's, which looks for hyperparameters the face
+            # does not have; `lr`, `learning_rate` and `iterations` reach
+            # the core through their property setters.
+            object.__setattr__(self, name, value)
 
         def __dir__(self):
             return sorted(set(super().__dir__()) | set(dir(self._core)))
@@ -241,7 +241,7 @@ def compile_optimizer(model, optimizer, policy=None):
             a tf_keras model cannot train.
     """
     if isinstance(optimizer, v2.LossScaleOptimizer):
-        if not _tf_keras_inner(optimizer.inner_optimizer):
+        if not _is_tf_keras_kind(inner_lib.kind_of(optimizer.inner_optimizer)):
             inner = type(optimizer.inner_optimizer)
             raise TypeError(
                 "A tf_keras model (tf.keras is tf_keras here: "
@@ -277,11 +277,10 @@ def compile_optimizer(model, optimizer, policy=None):
     return face_class()(v1.LossScaleOptimizerV1(optimizer, loss_scale))
 
 
-def _tf_keras_inner(optimizer):
-    kind = inner_lib.kind_of(optimizer)
+def _is_tf_keras_kind(kind):
     return kind is not None and kind.__module__.endswith(".tf_keras")
 
 
 def is_tf_keras_kind(inner) -> bool:
     """Whether an `InnerOptimizer` wraps a tf_keras optimizer."""
-    return type(inner).__module__.endswith(".tf_keras")
+    return _is_tf_keras_kind(type(inner))

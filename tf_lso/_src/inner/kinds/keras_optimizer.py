@@ -104,21 +104,19 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         counter = compat.keras_step_counter(optimizer)
         window_end = tf.equal((counter + 1) % steps, 0)
 
-        def window_calls():
-            # The calls before the last one saw the same variables.
-            for _ in range(steps - 1):
-                self._update_moving_averages(iterations, first)
-            return tf.constant(True)
+        def at_window_end(updates):
+            def run():
+                for _ in range(updates):
+                    self._update_moving_averages(iterations, first)
+                return tf.constant(True)
 
-        tf.cond(window_end, window_calls, lambda: tf.constant(False))
+            tf.cond(window_end, run, lambda: tf.constant(False))
+
+        # The calls before the last one saw the variables as they are now.
+        at_window_end(steps - 1)
         with compat.keras_apply_without_ema(optimizer):
             result = self._apply(grads_and_vars, aggregate)
-
-        def last_call():
-            self._update_moving_averages(iterations, first)
-            return tf.constant(True)
-
-        tf.cond(window_end, last_call, lambda: tf.constant(False))
+        at_window_end(1)
         return result
 
     def _update_moving_averages(self, iterations, first):
