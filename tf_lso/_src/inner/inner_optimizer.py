@@ -27,6 +27,7 @@ import tensorflow as tf
 from tf_lso._src import compat
 from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
+from tf_lso._src.scaling import tensor_like
 from tf_lso._src.scaling import validation
 
 
@@ -223,6 +224,56 @@ class InnerOptimizer(abc.ABC):
         finalize = getattr(self.optimizer, "finalize_variable_values", None)
         if finalize is not None:
             finalize(var_list)
+
+
+class ScheduledLearningRate(tensor_like.TensorLike):
+    """The learning rate of an optimizer that follows a schedule.
+
+    TF 2.x's `opt.learning_rate` was the schedule itself, so TF 2.x code
+    calls it: `opt.learning_rate(opt.iterations)`. Keras 3's is the current
+    value. This object is both: called with a step it returns the schedule's
+    value at that step; used as a tensor it is the current learning rate.
+    The schedule's public attributes (`get_config`, `initial_learning_rate`,
+    ...) are read through, by a list of its public names.
+
+    Args:
+        schedule: The `LearningRateSchedule` (or callable) of the optimizer.
+        current: A zero-argument callable returning the current value.
+    """
+
+    def __init__(self, schedule: typing.Any,
+                 current: typing.Callable[[], typing.Any]) -> None:
+        self._schedule = schedule
+        self._current = current
+
+    @property
+    def schedule(self) -> typing.Any:
+        """The learning rate schedule."""
+        return self._schedule
+
+    def __call__(self, step: typing.Any) -> typing.Any:
+        """The schedule's learning rate at `step`, as TF 2.x's schedule."""
+        return self._schedule(step)
+
+    def _value(self) -> typing.Any:
+        return tf.convert_to_tensor(self._current(), tf.float32)
+
+    def __getattr__(self, name: str) -> typing.Any:
+        # Only reached when normal lookup fails. The schedule's public
+        # names are listed here, not in __init__: a new object is made on
+        # every `opt.learning_rate` read.
+        schedule = self.__dict__.get("_schedule")
+        if (schedule is not None and not name.startswith("_")
+                and name in dir(schedule)):
+            return getattr(schedule, name)
+        raise AttributeError(
+            f"'{type(self).__name__}' object has no attribute '{name}'. It "
+            f"reads through the public attributes of its schedule "
+            f"{type(schedule).__name__}; this is not one of them."
+        )
+
+    def __repr__(self) -> str:
+        return f"<ScheduledLearningRate of {self._schedule!r}>"
 
 
 def aggregated_by(aggregate, packed, var_list):

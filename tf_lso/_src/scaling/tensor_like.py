@@ -2,8 +2,9 @@
 
 `LossScale` objects (TF 2.1-2.3 code calls them, TF 2.4 code uses the
 optimizer's `loss_scale` as a tensor) and the learning rate of an optimizer
-with a schedule (TF 2.x code calls it with a step, Keras 3 code uses it as a
-value) are both: callable, and readable as their current value.
+with a schedule (`inner_optimizer.ScheduledLearningRate`: TF 2.x code
+calls it with a step, Keras 3 code uses it as a value) are both: callable,
+and readable as their current value.
 """
 
 import abc
@@ -82,52 +83,3 @@ def _convert(value, dtype=None, name=None, as_ref=False):
 
 
 tf.register_tensor_conversion_function(TensorLike, _convert)
-
-
-class ScheduledLearningRate(TensorLike):
-    """The learning rate of an optimizer that follows a schedule.
-
-    TF 2.x's `opt.learning_rate` was the schedule itself, so TF 2.x code
-    calls it: `opt.learning_rate(opt.iterations)`. Keras 3's is the current
-    value. This object is both: called with a step it returns the schedule's
-    value at that step; used as a tensor it is the current learning rate.
-    The schedule's public attributes (`get_config`, `initial_learning_rate`,
-    ...) are read through, by a list of its public names.
-
-    Args:
-        schedule: The `LearningRateSchedule` (or callable) of the optimizer.
-        current: A zero-argument callable returning the current value.
-    """
-
-    def __init__(self, schedule, current):
-        self._schedule = schedule
-        self._current = current
-
-    @property
-    def schedule(self):
-        """The learning rate schedule."""
-        return self._schedule
-
-    def __call__(self, step):
-        """The schedule's learning rate at `step`, as TF 2.x's schedule."""
-        return self._schedule(step)
-
-    def _value(self):
-        return tf.convert_to_tensor(self._current(), tf.float32)
-
-    def __getattr__(self, name):
-        # Only reached when normal lookup fails. The schedule's public
-        # names are listed here, not in __init__: a new object is made on
-        # every `opt.learning_rate` read.
-        schedule = self.__dict__.get("_schedule")
-        if (schedule is not None and not name.startswith("_")
-                and name in dir(schedule)):
-            return getattr(schedule, name)
-        raise AttributeError(
-            f"'{type(self).__name__}' object has no attribute '{name}'. It "
-            f"reads through the public attributes of its schedule "
-            f"{type(schedule).__name__}; this is not one of them."
-        )
-
-    def __repr__(self):
-        return f"<ScheduledLearningRate of {self._schedule!r}>"

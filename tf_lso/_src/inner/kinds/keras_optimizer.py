@@ -1,17 +1,21 @@
 """The Keras 3 kind: `keras.optimizers.Optimizer` (`tf.keras` on TF 2.16+).
 
-It also restores TF 2.x checkpoints (`keras_slots`) and reads TF 2.x
-optimizer configs, and it is the kind of last resort for configs.
+It also restores TF 2.x checkpoints (`tf2_dependency`, `tf2_slot`: TF 2.x
+checkpoint names on a Keras 3 optimizer) and reads TF 2.x optimizer configs,
+and it is the kind of last resort for configs.
 """
+
+from __future__ import annotations
+
+import typing
 
 import keras
 import tensorflow as tf
 
 from tf_lso._src import compat
+from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
 from tf_lso._src.inner import inner_optimizer
-from tf_lso._src.inner import keras_slots
-from tf_lso._src.scaling import tensor_like
 
 
 @inner_optimizer.register
@@ -25,16 +29,18 @@ class KerasInner(inner_optimizer.InnerOptimizer):
     description = "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer)"
     reads_other_configs = True
 
-    def __init__(self, optimizer):
+    def __init__(self, optimizer: typing.Any) -> None:
         super().__init__(optimizer)
-        self._pending_slot_restores = []
+        self._pending_slot_restores: list[tuple[typing.Any, str,
+                                                typing.Any]] = []
 
     @classmethod
-    def accepts(cls, optimizer):
+    def accepts(cls, optimizer: typing.Any) -> bool:
         return isinstance(optimizer, keras.optimizers.Optimizer)
 
     @classmethod
-    def deserialize(cls, config, custom_objects=None):
+    def deserialize(cls, config: dict,
+                    custom_objects: dict | None = None) -> typing.Any:
         """A Keras 3 optimizer; TF 2.x configs (no `module`) too.
 
         See `upgrade_tf2_config`.
@@ -44,7 +50,8 @@ class KerasInner(inner_optimizer.InnerOptimizer):
             custom_objects=custom_objects,
         )
 
-    def aggregated(self, packed, var_list):
+    def aggregated(self, packed: packing.Packed,
+                   var_list: list) -> tuple[packing.Packed, bool]:
         del var_list  # `packed` knows the values that are not summed.
         if replicas.replicas_in_sync() == 1:
             return packed, True
@@ -52,20 +59,21 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         # TF 2.4 clipped the sum, and so does this (one all-reduce for all).
         return replicas.all_reduced(packed), False
 
-    def build(self, var_list):
+    def build(self, var_list: list) -> None:
         if not self.optimizer.built:
             with keras.name_scope(self.optimizer.name, caller=self.optimizer):
                 self.optimizer.build(var_list)
         pending, self._pending_slot_restores = self._pending_slot_restores, []
         for position, slot_name, variable in pending:
-            slot = keras_slots.slot(self.optimizer, variable, slot_name)
+            slot = tf2_slot(self.optimizer, variable, slot_name)
             if slot is not None:
                 compat.restore_position(position, slot)
 
-    def check_variables(self, var_list):
+    def check_variables(self, var_list: list) -> None:
         compat.keras_check_variables_are_known(self.optimizer, var_list)
 
-    def apply(self, grads_and_vars, name, aggregate):
+    def apply(self, grads_and_vars: list, name: str | None,
+              aggregate: bool) -> typing.Any:
         del name  # Keras 3 optimizers take no name.
         if not getattr(self.optimizer, "use_ema", False):
             return self._apply(grads_and_vars, aggregate)
@@ -141,11 +149,11 @@ class KerasInner(inner_optimizer.InnerOptimizer):
                 lambda: tf.constant(False),
             )
 
-    def learning_rate(self):
+    def learning_rate(self) -> typing.Any:
         schedule = compat.keras_learning_rate_schedule(self.optimizer)
         if schedule is None:
             return self.optimizer.learning_rate
-        return tensor_like.ScheduledLearningRate(
+        return inner_optimizer.ScheduledLearningRate(
             schedule, lambda: self.optimizer.learning_rate
         )
 
@@ -178,19 +186,21 @@ class KerasInner(inner_optimizer.InnerOptimizer):
             self.optimizer, var_list
         )
 
-    def checkpoint_child(self, name):
+    def checkpoint_child(self, name: str) -> typing.Any:
         child = super().checkpoint_child(name)
         if child is None:
-            child = keras_slots.legacy_dependency(self.optimizer, name)
+            child = tf2_dependency(self.optimizer, name)
         return child
 
-    def create_or_restore_slot(self, position, slot_name, variable, **kwargs):
+    def create_or_restore_slot(self, position: typing.Any, slot_name: str,
+                               variable: typing.Any,
+                               **kwargs: typing.Any) -> typing.Any:
         if not self.optimizer.built:
             self._pending_slot_restores.append((position, slot_name, variable))
             return None
-        return keras_slots.slot(self.optimizer, variable, slot_name)
+        return tf2_slot(self.optimizer, variable, slot_name)
 
-    def serialize(self):
+    def serialize(self) -> dict:
         config = keras.optimizers.serialize(self.optimizer)
         if compat.keras_is_auto_name(self.optimizer):
             # Not configuration: it depends on how many optimizers of the
@@ -199,7 +209,8 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         return config
 
 
-def upgrade_tf2_config(config, custom_objects=None):
+def upgrade_tf2_config(config: dict,
+                       custom_objects: dict | None = None) -> dict:
     """A TF 2.x inner optimizer config, made readable by Keras 3.
 
     TF 2.x wrote a learning rate schedule as `{class_name, config}` with
@@ -233,3 +244,64 @@ def upgrade_tf2_config(config, custom_objects=None):
         inner["learning_rate"] = keras.optimizers.schedules.deserialize(
             schedule, custom_objects=custom_objects)
     return {**config, "config": inner}
+
+
+# -- TF 2.x (OptimizerV2) checkpoint names on a Keras 3 optimizer ------------
+#
+# TF 2.x checkpoints name an optimizer's step counter `iter` and its slots by
+# slot name (`m`, `v`, `momentum`, ...) under each variable; a Keras 3
+# optimizer keeps the same state in variables named
+# `<variable path>_<suffix>`. `KerasInner` restores TF 2.x checkpoints by
+# this mapping.
+
+# TF 2.x (OptimizerV2) slot names -> Keras 3 optimizer variable suffixes.
+_SLOT_SUFFIXES = {
+    "m": ("momentum", "m"),  # Adam, Nadam / Adamax
+    "v": ("velocity", "u"),  # Adam, Nadam / Adamax
+    "vhat": ("velocity_hat",),
+    "rms": ("velocity",),
+    "mg": ("average_gradient",),
+    "accum_grad": ("accumulated_grad",),
+    "accum_var": ("accumulated_delta_var",),
+}
+
+
+def tf2_dependency(optimizer: typing.Any, name: str) -> typing.Any:
+    """The Keras 3 variable for TF 2.x child `name` (`iter`, ...), or None."""
+    if name == "iter":
+        return optimizer.iterations
+    if name == "learning_rate":
+        learning_rate = optimizer.learning_rate
+        if compat.is_variable(learning_rate):
+            return learning_rate
+    return None
+
+
+def _slot_prefix(variable: typing.Any) -> str:
+    # As `keras.optimizers.Optimizer.add_variable_from_reference` names slots.
+    if hasattr(variable, "path"):
+        return variable.path.replace("/", "_")
+    return str(variable.name).replace("/", "_").replace(":", "_")
+
+
+def tf2_slot(optimizer: typing.Any, variable: typing.Any,
+             slot_name: str) -> typing.Any:
+    """The Keras 3 variable holding TF 2.x slot `slot_name` of `variable`."""
+    prefix = _slot_prefix(variable)
+    for suffix in _SLOT_SUFFIXES.get(slot_name, (slot_name,)):
+        name = f"{prefix}_{suffix}"
+        matches = [v for v in optimizer.variables if v.name == name]
+        if len(matches) > 1:
+            # Several variables share the name: slots follow the order of
+            # the variables the optimizer was built with.
+            same_prefix = [
+                v for v in compat.keras_trainable_variables(optimizer)
+                if _slot_prefix(v) == prefix
+            ]
+            position = [v is variable for v in same_prefix]
+            if position.count(True) != 1 or len(same_prefix) != len(matches):
+                return None
+            matches = [matches[position.index(True)]]
+        if matches and tuple(matches[0].shape) == tuple(variable.shape):
+            return matches[0]
+    return None
