@@ -41,26 +41,51 @@ class InnerOptimizer(abc.ABC):
         optimizer: The optimizer to wrap, of the subclass's kind.
     """
 
-    #: What the kind accepts, for the error that lists every kind.
+    #: The class the kind's optimizers are instances of, as users spell it
+    #: (`"`tf.keras.optimizers.Optimizer`"`), and what they are in a few
+    #: words (`"a Keras 3 optimizer"`): the messages that list kinds (the
+    #: wrap error, `check_graph`'s, the graph rewrite's) are made of them.
+    optimizer_class: typing.ClassVar[str | None] = None
+    noun: typing.ClassVar[str | None] = None
+
+    #: What the kind accepts, for the error that lists every kind. By
+    #: default `optimizer_class (noun)`, or the class name without those.
     description: typing.ClassVar[str | None] = None
+
+    #: The kinds this one is more specific than: every optimizer (config)
+    #: it accepts (reads) is one they accept (read) too, and this kind wins
+    #: over them (and over the kinds they are more specific than). A kind
+    #: for a subclass of Keras 3's optimizer sets `(KerasInner,)`.
+    more_specific_than: typing.ClassVar[tuple[type[InnerOptimizer], ...]] = ()
 
     #: Whether configs that no other kind reads are this kind's: the kind
     #: of last resort for `deserialize` (Keras 3 optimizers, whose configs
     #: include TF 2.x's without a module). At most one kind sets it.
     reads_other_configs: typing.ClassVar[bool] = False
 
-    def __init__(self, optimizer):
+    #: Whether the kind's optimizers update variables in a `tf.compat.v1`
+    #: graph run by a Session (OptimizerV2, which TF 2.4 wrapped, does);
+    #: `check_graph` refuses the others there.
+    runs_in_v1_graph: typing.ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: typing.Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "description" not in cls.__dict__ and cls.optimizer_class:
+            cls.description = (f"{cls.optimizer_class} ({cls.noun})"
+                               if cls.noun else cls.optimizer_class)
+
+    def __init__(self, optimizer: typing.Any) -> None:
         self.optimizer = optimizer
         #: The steps the loss scale optimizer skipped (a tf.Variable), set
         #: by its `ApplyStep`: `iterations` counts them too (TF 2.4's rule),
         #: so `iterations - skipped_steps` steps have applied.
-        self.skipped_steps = None
+        self.skipped_steps: typing.Any = None
 
     # -- Choosing the kind (classmethods, asked by `wrap`/`deserialize`) ---
 
     @classmethod
     @abc.abstractmethod
-    def accepts(cls, optimizer) -> bool:
+    def accepts(cls, optimizer: typing.Any) -> bool:
         """Whether `optimizer` is of this kind."""
 
     @classmethod
@@ -71,7 +96,8 @@ class InnerOptimizer(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def deserialize(cls, config: dict, custom_objects=None) -> typing.Any:
+    def deserialize(cls, config: dict,
+                    custom_objects: dict | None = None) -> typing.Any:
         """Creates an optimizer of this kind from `serialize()`'s output.
 
         `config` is the caller's copy: it may be edited.
@@ -122,17 +148,23 @@ class InnerOptimizer(abc.ABC):
         """Raises RuntimeError where the optimizer updates no variables.
 
         That is a `tf.compat.v1` graph (run by a Session), for every kind
-        but OptimizerV2, the optimizer TF 2.4 wrapped.
+        that does not set `runs_in_v1_graph` (only OptimizerV2, the
+        optimizer TF 2.4 wrapped, does).
         """
-        if replicas.in_v1_graph():
-            raise RuntimeError(
-                "In a tf.compat.v1 graph (run by a Session), the inner "
-                "optimizer must be a tf_keras legacy optimizer "
-                "(`tf_keras.optimizers.legacy.*`, TF 2.x's OptimizerV2, as "
-                "TF 2.4 wrapped): other optimizers do not update variables "
-                f"there. Received: inner_optimizer={self.optimizer!r}. Use "
-                "a legacy optimizer, or train eagerly or in a tf.function."
-            )
+        if self.runs_in_v1_graph or not replicas.in_v1_graph():
+            return
+        accepted = [kind for kind in kinds() if kind.runs_in_v1_graph]
+        # E.g. "a tf_keras legacy optimizer (`tf_keras.optimizers.legacy.
+        # Optimizer`)", TF 2.x's OptimizerV2, as TF 2.4 wrapped.
+        wanted = _or([f"{kind.noun} ({kind.optimizer_class})" if kind.noun
+                      else kind.description or kind.__name__
+                      for kind in accepted]) or "no kind registered here"
+        raise RuntimeError(
+            "In a tf.compat.v1 graph (run by a Session), the inner "
+            f"optimizer must be {wanted}: other optimizers do not update "
+            f"variables there. Received: inner_optimizer={self.optimizer!r}. "
+            "Use one, or train eagerly or in a tf.function."
+        )
 
     def skip_step(self) -> None:
         """What a skipped step does instead of `apply`: counts the step."""
@@ -153,23 +185,23 @@ class InnerOptimizer(abc.ABC):
         """The step counter."""
         return self.optimizer.iterations
 
-    def set_iterations(self, value) -> None:
+    def set_iterations(self, value: typing.Any) -> None:
         """Assigns the step counter."""
         self.optimizer.iterations.assign(value)
 
-    def variables(self) -> list:
+    def variables(self) -> list[typing.Any]:
         """The optimizer's variables (step counter, slots, ...)."""
         return list(self.optimizer.variables)
 
-    def get_weights(self) -> list:
+    def get_weights(self) -> list[typing.Any]:
         """The values of `variables()`, as NumPy arrays."""
         return [v.numpy() for v in self.variables()]
 
-    def learning_rate(self):
+    def learning_rate(self) -> typing.Any:
         """The learning rate, callable with a step if it follows a schedule."""
         return self.optimizer.learning_rate
 
-    def hyperparameter_names(self) -> frozenset:
+    def hyperparameter_names(self) -> frozenset[str]:
         """The attributes a wrapper forwards: the numeric config entries.
 
         Asked once, when the optimizer is wrapped (`forwarding`).
@@ -188,11 +220,11 @@ class InnerOptimizer(abc.ABC):
         return frozenset(key for key, value in config.items()
                          if validation.is_scalar_number(value))
 
-    def slot_names(self) -> list:
+    def slot_names(self) -> list[str]:
         """Named slots (OptimizerV2), or `[]` for optimizers without."""
         return []
 
-    def slot_owner(self, method: str):
+    def slot_owner(self, method: str) -> typing.Any:
         """The optimizer, if it has named slots; else an AttributeError."""
         raise AttributeError(
             f"{method}() needs an inner optimizer with slots (a "
@@ -201,20 +233,22 @@ class InnerOptimizer(abc.ABC):
             "`inner_optimizer.variables` instead."
         )
 
-    def checkpoint_children(self, save_type: str, **kwargs) -> dict:
+    def checkpoint_children(self, save_type: str,
+                            **kwargs: typing.Any) -> dict[str, typing.Any]:
         """What a checkpoint saves under the optimizer's node."""
         return compat.trackable_children(self.optimizer, save_type, **kwargs)
 
-    def checkpoint_child(self, name: str):
+    def checkpoint_child(self, name: str) -> typing.Any:
         """The child `name` (also a TF 2.x name) of the node, or None."""
         return compat.lookup_dependency(self.optimizer, name)
 
-    def deferred_dependencies(self) -> dict:
+    def deferred_dependencies(self) -> dict[str, typing.Any]:
         """Restores waiting for a child that does not exist yet."""
         return compat.deferred_dependencies(self.optimizer)
 
-    def create_or_restore_slot(self, position, slot_name: str, variable,
-                               **kwargs):
+    def create_or_restore_slot(self, position: typing.Any, slot_name: str,
+                               variable: typing.Any,
+                               **kwargs: typing.Any) -> typing.Any:
         """Restores a slot from a checkpoint (now, or once it exists)."""
         del position, slot_name, variable, kwargs  # No named slots.
         return None
@@ -276,7 +310,10 @@ class ScheduledLearningRate(tensor_like.TensorLike):
         return f"<ScheduledLearningRate of {self._schedule!r}>"
 
 
-def aggregated_by(aggregate, packed, var_list):
+def aggregated_by(
+    aggregate: typing.Callable[[list], list], packed: packing.Packed,
+    var_list: list,
+) -> packing.Packed:
     """`aggregate` (a tf_keras optimizer's aggregator) applied to `packed`.
 
     As tf_keras's own loss scale optimizer does, `aggregate` sees only the
@@ -292,58 +329,145 @@ def aggregated_by(aggregate, packed, var_list):
 
 # -- The registry of kinds ---------------------------------------------------
 
-_kinds = []  # Consulted in order: the latest registration first.
+_kinds: list[type[InnerOptimizer]] = []  # In the order of registration.
+_ordered: tuple[type[InnerOptimizer], ...] | None = None  # kinds(), cached.
 _builtin_loaded = False
+
+
+def _more_general(kind: type[InnerOptimizer]) -> set[type[InnerOptimizer]]:
+    """The kinds `kind` is more specific than, directly or through others."""
+    found: set[type[InnerOptimizer]] = set()
+    todo = list(kind.more_specific_than)
+    while todo:
+        other = todo.pop()
+        if other not in found:
+            found.add(other)
+            todo.extend(other.more_specific_than)
+    return found
 
 
 def register(kind: type[InnerOptimizer]) -> type[InnerOptimizer]:
     """Class decorator: makes `kind` one that `wrap` and `deserialize` use.
 
-    Kinds registered later are consulted first, so a kind for a subclass
-    of another kind's optimizers wins over it.
+    Where several kinds accept an optimizer (read a config), the one that
+    is more specific than the others (`more_specific_than`) is chosen, in
+    whatever order the kinds were registered; two that are not ordered so
+    are an error when both accept the same optimizer (config).
 
     Raises:
-        TypeError: If `kind` is not an `InnerOptimizer` subclass, or reads
-            other configs when a registered kind does already.
+        TypeError: If `kind` is not an `InnerOptimizer` subclass, declares
+            itself more specific than something else or (through others)
+            than itself, or reads other configs when a registered kind does
+            already.
     """
+    global _ordered
     if not (isinstance(kind, type) and issubclass(kind, InnerOptimizer)):
         raise TypeError(
             f"register() takes an InnerOptimizer subclass. Received: {kind!r}."
         )
+    for other in kind.more_specific_than:
+        if not (isinstance(other, type) and issubclass(other, InnerOptimizer)):
+            raise TypeError(
+                f"{kind.__name__}.more_specific_than must hold InnerOptimizer "
+                f"subclasses (kinds). Received: {other!r}."
+            )
+    if kind in _more_general(kind):
+        raise TypeError(
+            f"{kind.__name__} is more specific than itself (through "
+            "`more_specific_than`): no kind could win over the other."
+        )
     if kind.reads_other_configs and any(k.reads_other_configs
-                                        for k in _kinds):
+                                        for k in _kinds if k is not kind):
         raise TypeError(
             f"{kind.__name__} reads other configs, but a registered kind "
             "does already; at most one kind can be the last resort."
         )
     if kind not in _kinds:
-        _kinds.insert(0, kind)
+        _kinds.append(kind)
+        _ordered = None
     return kind
 
 
 def unregister(kind: type[InnerOptimizer]) -> None:
     """Undoes `register(kind)` (for tests)."""
+    global _ordered
     _kinds.remove(kind)
+    _ordered = None
 
 
-def kinds() -> tuple:
-    """The registered kinds, in the order they are consulted.
+def kinds() -> tuple[type[InnerOptimizer], ...]:
+    """The registered kinds, the most specific first.
 
-    The built-in ones (every module in `kinds/`) are imported on first use.
+    A kind comes before every kind it is more specific than; kinds that are
+    not ordered so (which never accept the same optimizer) come latest
+    registered first. The built-in ones (every module in `kinds/`) are
+    imported on first use.
     """
-    global _builtin_loaded
+    global _builtin_loaded, _ordered
     if not _builtin_loaded:
         _builtin_loaded = True
         package = importlib.import_module(f"{__package__}.kinds")
         for info in sorted(pkgutil.iter_modules(package.__path__),
                            key=lambda info: info.name):
             importlib.import_module(f"{package.__name__}.{info.name}")
-    return tuple(_kinds)
+    if _ordered is None:
+        remaining = list(reversed(_kinds))
+        ordered = []
+        while remaining:
+            # The first kind that no remaining kind is more specific than.
+            kind = next(k for k in remaining if not any(
+                k in _more_general(other) for other in remaining))
+            remaining.remove(kind)
+            ordered.append(kind)
+        _ordered = tuple(ordered)
+    return _ordered
 
 
-def kind_of(optimizer) -> type[InnerOptimizer] | None:
-    """The kind `optimizer` is of, or None."""
-    return next((kind for kind in kinds() if kind.accepts(optimizer)), None)
+def _most_specific(candidates: list[type[InnerOptimizer]],
+                   what: str) -> type[InnerOptimizer] | None:
+    """The one kind of `candidates` more specific than all the others.
+
+    Raises:
+        TypeError: If several are not ordered by `more_specific_than`.
+    """
+    best = [kind for kind in candidates if not any(
+        kind in _more_general(other) for other in candidates)]
+    if len(best) > 1:
+        names = _or([kind.__name__ for kind in best])
+        raise TypeError(
+            f"The inner optimizer kinds {names} all take {what}, and none "
+            "is more specific than the others. Set `more_specific_than` on "
+            "the kind that should win (its accepts/reads_config must then "
+            "be narrower than theirs), or make them take different ones."
+        )
+    return best[0] if best else None
+
+
+def kind_of(optimizer: typing.Any) -> type[InnerOptimizer] | None:
+    """The kind `optimizer` is of (the most specific that accepts it), or None.
+
+    Raises:
+        TypeError: If two kinds accept it and neither is more specific.
+    """
+    return _most_specific(
+        [kind for kind in kinds() if kind.accepts(optimizer)],
+        f"the optimizer {optimizer!r}")
+
+
+def _or(items: list[str]) -> str:
+    """`"a, b or c"`."""
+    if len(items) < 2:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+def describe_kinds() -> str:
+    """Every registered kind's `description`, for messages: `"A, B or C"`.
+
+    In the order of registration (the built-in kinds first).
+    """
+    kinds()  # The built-in ones, registered on first use.
+    return _or([kind.description or kind.__name__ for kind in _kinds])
 
 
 def is_supported(optimizer) -> bool:
@@ -395,11 +519,9 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
         )
     kind = kind_of(optimizer)
     if kind is None:
-        accepted = [k.description or k.__name__ for k in reversed(kinds())]
         raise TypeError(
-            f'"{argument_name}" must be an instance of '
-            f"{', '.join(accepted[:-1])} or {accepted[-1]}, but got: "
-            f"{optimizer!r} of type {type(optimizer).__name__}."
+            f'"{argument_name}" must be an instance of {describe_kinds()}, '
+            f"but got: {optimizer!r} of type {type(optimizer).__name__}."
         )
     # Only optimizers are looked up: not every object is hashable.
     if optimizer in _claimed:
@@ -442,11 +564,12 @@ def claim(inner: InnerOptimizer) -> None:
     _claimed.add(inner.optimizer)
 
 
-def deserialize(config, custom_objects=None):
+def deserialize(config: typing.Any,
+                custom_objects: dict | None = None) -> typing.Any:
     """Creates an optimizer from a serialized inner optimizer.
 
-    The first kind that `reads_config` builds it; otherwise the kind that
-    `reads_other_configs` (Keras 3, which also reads TF 2.x configs).
+    The most specific kind that `reads_config` builds it; otherwise the kind
+    that `reads_other_configs` (Keras 3, which also reads TF 2.x configs).
 
     Args:
         config: A serialized optimizer dict, or an optimizer instance
@@ -463,7 +586,8 @@ def deserialize(config, custom_objects=None):
     # dicts and lists all the way down, the same values.
     config = tf.nest.map_structure(lambda value: value, config)
     registered = kinds()
-    kind = next((k for k in registered if k.reads_config(config)), None)
+    kind = _most_specific([k for k in registered if k.reads_config(config)],
+                          f"the config {config!r}")
     if kind is None:
         kind = next(k for k in registered if k.reads_other_configs)
     return kind.deserialize(config, custom_objects)

@@ -26,7 +26,8 @@ class KerasInner(inner_optimizer.InnerOptimizer):
     restored by `build`.
     """
 
-    description = "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer)"
+    optimizer_class = "`tf.keras.optimizers.Optimizer`"
+    noun = "a Keras 3 optimizer"
     reads_other_configs = True
 
     def __init__(self, optimizer: typing.Any) -> None:

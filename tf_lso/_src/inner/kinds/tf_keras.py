@@ -5,7 +5,10 @@ tf_keras is optional: these kinds accept nothing when it is not installed
 Both write and read their configs with tf_keras's own serialization.
 """
 
+from __future__ import annotations
+
 import importlib
+import typing
 
 import keras
 
@@ -13,29 +16,40 @@ from tf_lso._src import compat
 from tf_lso._src.inner import inner_optimizer
 
 
-class _TfKerasKind(inner_optimizer.InnerOptimizer):
-    """What both tf_keras kinds share: their configs."""
+def is_tf_keras_config(config: dict) -> bool | None:
+    """Whether `config` is a tf_keras optimizer's: True for a legacy one.
+
+    tf_keras writes `module: keras.optimizers.legacy` for a legacy optimizer
+    and an `is_legacy_optimizer` entry for both. Returns None for configs
+    that are not tf_keras's, False for a (new) tf_keras optimizer's.
+    """
+    inner_config = config.get("config", {})
+    has_flag = (isinstance(inner_config, dict)
+                and "is_legacy_optimizer" in inner_config)
+    if config.get("module") == "keras.optimizers.legacy" or (
+            has_flag and inner_config["is_legacy_optimizer"]):
+        return True
+    return False if has_flag else None
+
+
+class TfKerasKind(inner_optimizer.InnerOptimizer):
+    """What both tf_keras kinds share: their configs, read and written by
+    tf_keras (either kind reads either one's)."""
 
     @classmethod
-    def reads_config(cls, config):
-        inner_config = config.get("config", {})
-        return config.get("module") == "keras.optimizers.legacy" or (
-            isinstance(inner_config, dict)
-            and "is_legacy_optimizer" in inner_config
-        )
-
-    @classmethod
-    def deserialize(cls, config, custom_objects=None):
+    def deserialize(cls, config: dict,
+                    custom_objects: dict | None = None) -> typing.Any:
         tf_keras = importlib.import_module("tf_keras")
         return tf_keras.optimizers.deserialize(
             config, custom_objects=_with_keras_custom_objects(
                 config, custom_objects))
 
-    def serialize(self):
+    def serialize(self) -> dict:
         return compat.tf_keras_module().optimizers.serialize(self.optimizer)
 
 
-def _with_keras_custom_objects(config, custom_objects):
+def _with_keras_custom_objects(config: dict,
+                               custom_objects: dict | None) -> dict:
     """`custom_objects` plus Keras 3's custom object for `config`'s class.
 
     Keras 3 hands custom objects over in a `custom_object_scope` (as
@@ -51,19 +65,24 @@ def _with_keras_custom_objects(config, custom_objects):
     return custom_objects
 
 
-def _tf_keras_optimizers():
+def _tf_keras_optimizers() -> typing.Any:
     tf_keras = compat.tf_keras_module()
     return None if tf_keras is None else tf_keras.optimizers
 
 
 @inner_optimizer.register
-class TfKerasInner(_TfKerasKind):
+class TfKerasInner(TfKerasKind):
     """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
 
-    description = "`tf_keras.optimizers.Optimizer` (a tf_keras optimizer)"
+    optimizer_class = "`tf_keras.optimizers.Optimizer`"
+    noun = "a tf_keras optimizer"
 
     @classmethod
-    def accepts(cls, optimizer):
+    def reads_config(cls, config: dict) -> bool:
+        return is_tf_keras_config(config) is False
+
+    @classmethod
+    def accepts(cls, optimizer: typing.Any) -> bool:
         optimizers = _tf_keras_optimizers()
         return optimizers is not None and isinstance(
             optimizer, optimizers.Optimizer) and not isinstance(
@@ -89,14 +108,19 @@ class TfKerasInner(_TfKerasKind):
 
 
 @inner_optimizer.register
-class TfKerasLegacyInner(_TfKerasKind):
+class TfKerasLegacyInner(TfKerasKind):
     """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
 
-    description = ("`tf_keras.optimizers.legacy.Optimizer` (a tf_keras legacy "
-                   "optimizer)")
+    optimizer_class = "`tf_keras.optimizers.legacy.Optimizer`"
+    noun = "a tf_keras legacy optimizer"
+    runs_in_v1_graph = True  # OptimizerV2, as TF 2.4 wrapped.
 
     @classmethod
-    def accepts(cls, optimizer):
+    def reads_config(cls, config: dict) -> bool:
+        return is_tf_keras_config(config) is True
+
+    @classmethod
+    def accepts(cls, optimizer: typing.Any) -> bool:
         optimizers = _tf_keras_optimizers()
         return optimizers is not None and isinstance(
             optimizer, optimizers.legacy.Optimizer)
@@ -106,9 +130,6 @@ class TfKerasLegacyInner(_TfKerasKind):
 
     def check_variables(self, var_list):
         del var_list  # OptimizerV2 updates any variable.
-
-    def check_graph(self):
-        pass  # OptimizerV2 runs in tf.compat.v1 graphs too.
 
     def aggregated(self, packed, var_list):
         return inner_optimizer.aggregated_by(
