@@ -68,9 +68,12 @@ def enable_mixed_precision_graph_rewrite(
             "loss scale optimizer without the graph rewrite."
         )
     if not inner_lib.is_supported(opt):
+        # TF's wording first (code matches it), then what tf_lso takes.
         raise ValueError(
             '"opt" must be an instance of a tf.train.Optimizer or a '
-            f"tf.keras.optimizers.Optimizer, but got: {opt!r}."
+            f"tf.keras.optimizers.Optimizer, but got: {opt!r}. It hands a "
+            "`tf.compat.v1.train.Optimizer` to TensorFlow's own function, "
+            f"and wraps {inner_lib.describe_kinds()}."
         )
     wrapped = v1.LossScaleOptimizerV1(opt, loss_scale)
     tf.config.optimizer.set_experimental_options({_PASS: True})
