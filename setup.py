@@ -5,6 +5,10 @@ TensorFlow is not a hard requirement, so that an environment that already has
 (`tf_lso[tensorflow]` or `tf_lso[cpu]`) or install TensorFlow yourself.
 Importing tf_lso without TensorFlow 2.16+ and Keras 3.8+ raises an ImportError
 saying what to install.
+
+Two packages: `tf_lso` (the runtime and its public API) and
+`tf_lso_migration` (the migration tool and the `tf-lso` command, standard
+library only, so that it runs where TensorFlow is not installed).
 """
 
 import pathlib
@@ -16,7 +20,8 @@ _HERE = pathlib.Path(__file__).parent
 
 
 def _version():
-    text = (_HERE / "tf_lso" / "__init__.py").read_text()
+    # Where `tf_lso.__version__` comes from (importable without TensorFlow).
+    text = (_HERE / "tf_lso_migration" / "__init__.py").read_text()
     return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
 
 
@@ -30,9 +35,11 @@ setuptools.setup(
     ),
     long_description=(_HERE / "README.md").read_text(),
     long_description_content_type="text/markdown",
-    packages=setuptools.find_packages(include=["tf_lso", "tf_lso.*"]),
-    # PEP 561: type checkers read the package's own annotations.
-    package_data={"tf_lso": ["py.typed"]},
+    packages=setuptools.find_packages(
+        include=["tf_lso", "tf_lso.*", "tf_lso_migration",
+                 "tf_lso_migration.*"]),
+    # PEP 561: type checkers read the packages' own annotations.
+    package_data={"tf_lso": ["py.typed"], "tf_lso_migration": ["py.typed"]},
     python_requires=">=3.9",
     install_requires=[],
     extras_require={
@@ -57,8 +64,9 @@ setuptools.setup(
         "examples": ["matplotlib", "tensorboard"],
     },
     entry_points={
-        # `tf-lso check PATH...` (also `python -m tf_lso ...`).
-        "console_scripts": ["tf-lso = tf_lso.__main__:console_main"],
+        # `tf-lso check PATH...` (also `python -m tf_lso ...`): started from
+        # the migration tool, so `check` imports no TensorFlow.
+        "console_scripts": ["tf-lso = tf_lso_migration.cli:console_main"],
     },
     license="Apache-2.0",
 )

@@ -15,7 +15,7 @@ _DEMO = pathlib.Path(__file__).parents[1] / "examples" / "demo.py"
 
 def test_examples_pass_the_checker():
     # The code users copy. examples/legacy/ shows legacy code on purpose.
-    from tf_lso._migration import check
+    from tf_lso_migration import check
 
     examples = _DEMO.parent
     files = [p for p in check.python_files([examples])

@@ -70,7 +70,7 @@ def test_names_resolve_to_tf_lso():
 def test_install_provides_every_public_name_fix_rewrites():
     # One table: what `python -m tf_lso run` resolves is what `--fix`
     # rewrites to, name for name.
-    from tf_lso._migration import legacy_names as rules
+    from tf_lso_migration import legacy_names as rules
 
     tf_lso.install()
     public = [n for n in rules.LEGACY_NAMES if not n.startswith("tf.python.")]

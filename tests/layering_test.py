@@ -7,40 +7,56 @@ import its own folder and the folders below it, never one above:
 
 Within a folder, and across the whole package, imports form no circle
 (imports inside functions count: they are circles too, only later). The
-migration tool (`tf_lso/_migration/`) imports neither the runtime nor
-TensorFlow; of the runtime, only `legacy_api` reads its table of legacy
-names. Every file is read with `ast`, so nothing here imports the modules.
+migration tool (the package `tf_lso_migration`, beside `tf_lso`) imports
+neither tf_lso nor TensorFlow (one exception: `run` imports tf_lso to call
+`tf_lso.install()`); of the runtime, only `legacy_api` reads its table of
+legacy names. Every file is read with `ast`, so nothing here imports the
+modules, except the one test that imports every migration module in a
+fresh interpreter, to see what that imports.
 """
 
 import ast
+import os
 import pathlib
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "tf_lso"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tf_lso"
+MIGRATION = ROOT / "tf_lso_migration"
 # Bottom first. A module's layer is its folder's (or its own name's).
 LAYERS = ("compat", "gradients", "scaling", "inner", "optimizer",
           "legacy_api")
 # Runtime modules outside the stack, and what they may import.
 GATES = {"tf_lso._src.version_gate": {"tf_lso._src.compat"}}
 THIRD_PARTY_RUNTIME = ("tensorflow", "keras", "tf_keras", "numpy")
+# The migration tool's imports of tf_lso, each inside a function: `run`
+# runs a script with `tf_lso.install()` in effect.
+MIGRATION_RUNS_THE_RUNTIME = {("tf_lso_migration.cli", "tf_lso")}
 
 
 def module_name(path):
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def imports_of(path):
-    """Every module `path` imports (at the top or inside a function)."""
+def imports_of(path, top_level_only=False):
+    """Every module `path` imports (at the top or inside a function).
+
+    `top_level_only`: only the imports that run on importing the module
+    (not those in a function or a class).
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module_name(path)
     if path.name != "__init__.py":
         package = package.rpartition(".")[0]
     found = set()
-    for node in ast.walk(tree):
+    for node in _top_level(tree) if top_level_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -55,14 +71,32 @@ def imports_of(path):
     return found
 
 
-def graph():
-    """{tf_lso module: the tf_lso modules it imports}, plus third parties."""
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+def _top_level(tree):
+    """The nodes of `tree` outside any function or class body."""
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.ClassDef, ast.Lambda)):
+            pending.extend(ast.iter_child_nodes(node))
+
+
+def _ours(module):
+    return module.split(".")[0] in ("tf_lso", "tf_lso_migration")
+
+
+def graph(top_level_only=False):
+    """{tf_lso or tf_lso_migration module: the modules of both it imports},
+    plus third parties."""
+    modules = {module_name(p): p
+               for package in (PACKAGE, MIGRATION)
+               for p in package.rglob("*.py")}
     edges = {}
     for name, path in modules.items():
         edges[name] = {
-            target for target in imports_of(path)
-            if (target in modules or target.split(".")[0] != "tf_lso")
+            target for target in imports_of(path, top_level_only)
+            if (target in modules or not _ours(target))
             # A package is set up before its modules: importing it (or
             # a name from its __init__) is no dependency of theirs.
             and not (name == target or name.startswith(target + "."))
@@ -99,7 +133,7 @@ def circles(edges):
     def visit(node, path):
         state[node] = "open"
         for target in sorted(edges.get(node, ())):
-            if target not in edges or not target.startswith("tf_lso"):
+            if target not in edges or not _ours(target):
                 continue
             if state.get(target) == "open":
                 found.append(path[path.index(target):] + [target])
@@ -148,32 +182,74 @@ def test_gates_import_only_what_they_check_with(gate):
 
 
 def test_the_migration_tool_imports_no_runtime():
-    edges = graph()
-    for module, targets in edges.items():
-        if not module.startswith("tf_lso._migration"):
-            continue
-        for target in targets:
-            assert not target.startswith("tf_lso._src"), (module, target)
-            assert target.split(".")[0] not in THIRD_PARTY_RUNTIME, (
-                module, target)
+    edges, on_import = graph(), graph(top_level_only=True)
+    migration = [m for m in edges if m.split(".")[0] == "tf_lso_migration"]
+    assert "tf_lso_migration.check" in migration  # The walk found them.
+    for module in migration:
+        for target in edges[module]:
+            top = target.split(".")[0]
+            if (module, target) in MIGRATION_RUNS_THE_RUNTIME:
+                assert target not in on_import[module], (module, target)
+                continue
+            assert top != "tf_lso", (module, target)
+            assert top not in THIRD_PARTY_RUNTIME, (module, target)
 
 
 def test_only_legacy_api_reads_the_migration_table():
     for module, targets in graph().items():
-        if any(t.startswith("tf_lso._migration") for t in targets) and (
-                module.startswith("tf_lso._src")):
+        if not module.startswith("tf_lso._src"):
+            continue
+        read = {t for t in targets if t.split(".")[0] == "tf_lso_migration"}
+        if read:
             assert layer(module) == LAYERS.index("legacy_api"), module
+            assert read <= {"tf_lso_migration",
+                            "tf_lso_migration.legacy_names"}, (module, read)
+
+
+# Imports every module of the migration tool, found by walking the package,
+# and prints which of these the imports brought in.
+_IMPORT_EVERY_MIGRATION_MODULE = textwrap.dedent("""\
+    import importlib
+    import pkgutil
+    import sys
+
+    import tf_lso_migration
+
+    names = ["tf_lso_migration"] + [
+        info.name for info in pkgutil.walk_packages(
+            tf_lso_migration.__path__, "tf_lso_migration.")]
+    for name in names:
+        importlib.import_module(name)
+    print(len(names), sorted(
+        m for m in ("tensorflow", "keras", "tf_keras", "tf_lso")
+        if m in sys.modules))
+""")
+
+
+def test_importing_the_migration_tool_imports_no_tensorflow():
+    # By construction, not by how the interpreter was started: in a fresh
+    # interpreter where TensorFlow (when the environment has it) could be
+    # imported, importing each migration module brings in none of these.
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EVERY_MIGRATION_MODULE],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, imported = done.stdout.split(" ", 1)
+    files = [p for p in MIGRATION.rglob("*.py")]
+    assert int(count) == len(files)  # Every module, packages included.
+    assert imported.strip() == "[]", done.stdout
 
 
 def test_the_architecture_page_maps_every_module():
-    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    page = (ROOT / "docs" / "architecture.md").read_text()
     folder_map = page[page.index("## Folder map"):page.index("## What a")]
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE).parts
+    for path in [*PACKAGE.rglob("*.py"), *MIGRATION.rglob("*.py")]:
+        parts = path.relative_to(ROOT).parts
         if path.name == "__init__.py" or "kinds" in parts or (
                 "rules" in parts):
             continue  # Kinds and rules have tables of their own.
         assert path.name in folder_map, path
     for folder in ("gradients", "scaling", "inner", "kinds", "optimizer",
-                   "legacy_api", "_migration", "rules"):
+                   "legacy_api", "tf_lso_migration", "rules"):
         assert f"{folder}/" in folder_map, folder

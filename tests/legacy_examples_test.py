@@ -15,7 +15,7 @@ import sys
 import migration_util
 import pytest
 
-from tf_lso._migration import fix as migration_fix
+from tf_lso_migration import fix as migration_fix
 
 pytestmark = migration_util.needs_libcst  # The third way is --fix's.
 LEGACY = pathlib.Path(__file__).parents[1] / "examples" / "legacy"

@@ -1,11 +1,11 @@
-"""Tests for tf_lso._migration.legacy_names: the one table of legacy names."""
+"""Tests for tf_lso_migration.legacy_names: the one table of legacy names."""
 
 import doctest
 
 import migration_util
 
 import tf_lso
-from tf_lso._migration import legacy_names as rules
+from tf_lso_migration import legacy_names as rules
 
 
 def test_doctests():

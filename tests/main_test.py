@@ -123,7 +123,7 @@ def test_the_command_line_imports_no_tensorflow_even_when_installed(tmp_path):
     imported = [line.rsplit("|", 1)[-1].strip()
                 for line in done.stderr.splitlines()
                 if line.startswith("import time:")]
-    assert "tf_lso._migration.check" in imported
+    assert "tf_lso_migration.check" in imported
     assert not [m for m in imported if m.split(".")[0] in (
         "tensorflow", "keras", "tf_keras")]
 
@@ -150,7 +150,7 @@ def test_console_script_and_pre_commit_hooks(tmp_path):
 
 
 def test_command_line_errors_are_one_line_and_status_2(tmp_path):
-    from tf_lso import __main__ as cli
+    from tf_lso_migration import cli
 
     def error(argv):
         done = subprocess.run(
@@ -177,7 +177,7 @@ def test_command_line_errors_are_one_line_and_status_2(tmp_path):
 
 
 def test_help_shows_examples(capsys):
-    from tf_lso import __main__ as cli
+    from tf_lso_migration import cli
 
     for command, example in (
             ([], "python -m tf_lso run old_train.py --epochs 3"),
@@ -259,7 +259,7 @@ def test_pre_commit_snippets_give_a_rev_one_can_use():
 
 
 def test_fix_without_libcst_names_what_pip_can_install():
-    from tf_lso._migration import fix
+    from tf_lso_migration import fix
 
     assert "`pip install 'libcst>=1.1'`" in fix._LIBCST_ADVICE
 

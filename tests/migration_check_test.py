@@ -1,4 +1,4 @@
-"""Tests for tf_lso._migration.check and `python -m tf_lso check`."""
+"""Tests for tf_lso_migration.check and `python -m tf_lso check`."""
 
 import json
 import pathlib
@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from tf_lso import __main__ as cli
-from tf_lso._migration import check as migration_check
+from tf_lso_migration import check as migration_check
+from tf_lso_migration import cli
 
 SNIPPETS = pathlib.Path(__file__).parent / "migration_snippets"
 
@@ -530,7 +530,7 @@ def test_findings_point_to_the_rule_command_not_to_a_clone(tmp_path, capsys):
     sarif = json.loads(capsys.readouterr().out)
     [run] = sarif["runs"]
     [rule] = run["tool"]["driver"]["rules"]
-    from tf_lso._migration import rules
+    from tf_lso_migration import rules
 
     legacy = rules.RULES["legacy-name"]
     assert rule["shortDescription"] == {"text": legacy.summary}
@@ -544,7 +544,7 @@ def test_findings_point_to_the_rule_command_not_to_a_clone(tmp_path, capsys):
 
 
 def test_rule_command_prints_a_rules_documentation(capsys):
-    from tf_lso._migration import rules
+    from tf_lso_migration import rules
 
     for rule_id, rule in rules.RULES.items():
         assert cli.main(["rule", rule_id]) == 0
@@ -565,7 +565,7 @@ def test_rule_command_prints_a_rules_documentation(capsys):
 
 def test_help_lists_the_rules_and_version(capsys):
     import tf_lso
-    from tf_lso._migration import rules
+    from tf_lso_migration import rules
 
     for command in (["check"], ["rule"], []):
         with pytest.raises(SystemExit):
@@ -650,7 +650,7 @@ def test_pyproject_errors_are_usage_errors(tmp_path, monkeypatch, capsys,
 
 def test_pyproject_without_a_toml_reader(tmp_path, monkeypatch, capsys):
     # Python 3.9 and 3.10 have no tomllib: tomli if installed, else this.
-    from tf_lso._migration import config
+    from tf_lso_migration import config
 
     monkeypatch.setattr(config, "_toml_loads", lambda: None)
     _project(tmp_path, monkeypatch, 'ignore = ["legacy-name"]\n')

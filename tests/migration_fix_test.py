@@ -1,4 +1,4 @@
-"""Tests for tf_lso._migration.fix and `python -m tf_lso check --fix`."""
+"""Tests for tf_lso_migration.fix and `python -m tf_lso check --fix`."""
 
 import builtins
 import json
@@ -11,9 +11,9 @@ import textwrap
 import migration_util
 import pytest
 
-from tf_lso import __main__ as cli
-from tf_lso._migration import check as migration_check
-from tf_lso._migration import fix as migration_fix
+from tf_lso_migration import check as migration_check
+from tf_lso_migration import cli
+from tf_lso_migration import fix as migration_fix
 
 SNIPPETS = pathlib.Path(__file__).parent / "migration_snippets"
 

@@ -1,4 +1,4 @@
-"""Tests for tf_lso._migration.rule and rules/: the table of rules.
+"""Tests for tf_lso_migration.rule and rules/: the table of rules.
 
 A toy rule registered here proves that a rule is one class: the checker,
 the fixer, the reports and `--select` find it in the table.
@@ -13,8 +13,8 @@ import re
 import migration_util
 import pytest
 
-from tf_lso._migration import rule as rule_lib
-from tf_lso._migration import rules
+from tf_lso_migration import rule as rule_lib
+from tf_lso_migration import rules
 
 MIGRATION = pathlib.Path(__file__).parents[1] / "docs" / "migration.md"
 
@@ -41,7 +41,7 @@ def test_rule_ids_are_their_modules_names():
     # One module per rule, named after it: where a reader looks for one.
     for rule in rules.RULES.values():
         module = type(rule).__module__
-        assert module == f"tf_lso._migration.rules.{rule.id.replace('-', '_')}"
+        assert module == f"tf_lso_migration.rules.{rule.id.replace('-', '_')}"
 
 
 class ToyRule(rule_lib.Rule):
@@ -85,8 +85,8 @@ SOURCE = "x = toy_old(1)  # toy\ny = toy_old(2)  # tf-lso: ignore[toy-rule]\n"
 
 
 def test_a_registered_rule_is_checked_selected_and_reported(toy_rule):
-    from tf_lso._migration import check
-    from tf_lso._migration import report
+    from tf_lso_migration import check
+    from tf_lso_migration import report
 
     findings = check.check_source(SOURCE, "toy.py")
     assert [(f.line, f.rule, f.severity, f.fixable) for f in findings] == [
@@ -108,7 +108,7 @@ def test_a_registered_rule_is_checked_selected_and_reported(toy_rule):
 
 @migration_util.needs_libcst
 def test_a_registered_rule_fixes(toy_rule):
-    from tf_lso._migration import fix
+    from tf_lso_migration import fix
 
     del toy_rule
     # Line 2's comment suppresses its finding, so its fix too.

@@ -4,16 +4,18 @@ With TensorFlow 2.16+ and Keras 3.8+ installed, importing tf_lso imports its
 runtime, so Keras finds tf_lso's classes by name (`.keras` files, configs).
 Without them (or next to an older TensorFlow) `import tf_lso` still works,
 and the first use of a runtime name raises an ImportError that says what to
-install. `python -m tf_lso check` and the `tf-lso` command never import the
-runtime.
+install. The migration tool (`python -m tf_lso check`, the `tf-lso`
+command) is the package `tf_lso_migration`, which imports nothing of this
+one.
 """
 
 import importlib
-import os
 import sys
 import typing
 
-__version__ = "0.1.0.dev0"
+# The distribution's version, kept where the migration tool (`tf-lso
+# --version`, SARIF) reads it without importing tf_lso.
+from tf_lso_migration import __version__ as __version__
 
 __all__ = (
     "GradientReport",
@@ -67,11 +69,13 @@ def _require_runtime():
 
 
 def _import_runtime_if_usable():
-    if sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0]) in (
-            "tf-lso", "tf-lso.exe"):
-        # `python -m tf_lso ...` (Python sets argv[0] to "-m" while it finds
-        # the module) or the `tf-lso` script: `check` needs no runtime, nor
-        # TensorFlow's start-up time and log lines; `run` imports it.
+    if sys.argv[:1] == ["-m"]:
+        # A start-up optimisation only: `python -m tf_lso ...` (Python sets
+        # argv[0] to "-m" while it imports the package of the module to
+        # run) starts `tf_lso_migration.cli`, whose `check` and `rule` need
+        # no runtime, nor TensorFlow's start-up time and log lines; `run`
+        # imports it (`tf_lso.install()`). What keeps the checker free of
+        # TensorFlow is `tf_lso_migration` importing nothing of tf_lso.
         return
     try:
         _require_runtime()

@@ -9,6 +9,8 @@ files a run reads (`python_files`: exclusions, named files that are not
 Python) and where a notebook's code is in its JSON text.
 """
 
+from __future__ import annotations
+
 import ast
 import dataclasses
 import fnmatch
@@ -18,9 +20,18 @@ import os
 import pathlib
 import re
 import tokenize
+from collections.abc import Collection
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import Callable
+from typing import Union
 
-from tf_lso._migration import rule as rule_lib
-from tf_lso._migration import rules
+from tf_lso_migration import rule as rule_lib
+from tf_lso_migration import rules
+
+#: A path as the entry points take it.
+Path = Union[str, "os.PathLike[str]"]
 
 _SUPPRESSION = re.compile(r"#\s*tf-lso:\s*ignore(?:\[([^\]]*)\])?")
 
@@ -36,22 +47,22 @@ class Options:
             do not hold there are not run.
     """
 
-    select: frozenset = frozenset()
-    ignore: frozenset = frozenset()
+    select: Collection[str] = frozenset()
+    ignore: Collection[str] = frozenset()
     route: str = rules.ROUTES[0]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "select", frozenset(self.select))
         object.__setattr__(self, "ignore", frozenset(self.ignore))
         if self.route not in rules.ROUTES:
             raise ValueError(f"unknown route {self.route!r}; the routes "
                              f"are: {', '.join(rules.ROUTES)}")
 
-    def runs(self, rule):
+    def runs(self, rule: rule_lib.Rule) -> bool:
         """Whether `rule` is run: it holds on the route."""
         return self.route in rule.routes
 
-    def reports(self, rule_id):
+    def reports(self, rule_id: str) -> bool:
         """Whether findings of rule `rule_id` are reported."""
         return (self.runs(rules.RULES[rule_id])
                 and (not self.select or rule_id in self.select)
@@ -83,20 +94,20 @@ class Finding:
     column: int
     rule: str
     message: str
-    cell: int = None
+    cell: int | None = None
     fixable: bool = False
-    file_line: int = None
-    file_column: int = None
+    file_line: int | None = None
+    file_column: int | None = None
 
     @property
-    def severity(self):
+    def severity(self) -> str:
         return rules.RULES[self.rule].severity
 
-    def location(self):
+    def location(self) -> str:
         cell = "" if self.cell is None else f"[cell {self.cell}]"
         return f"{self.path}{cell}:{self.line}:{self.column}"
 
-    def to_json(self):
+    def to_json(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "severity": self.severity}
 
 
@@ -134,8 +145,9 @@ def _walk(tree, context, options):
         rule.finish(context)
 
 
-def check_source(source, path="<string>", cell=None, collapse=True,
-                 options=None):
+def check_source(source: str, path: str = "<string>",
+                 cell: int | None = None, collapse: bool = True,
+                 options: Options | None = None) -> list[Finding]:
     """Findings in Python source text, sorted by position.
 
     Args:
@@ -156,9 +168,9 @@ def check_source(source, path="<string>", cell=None, collapse=True,
         return [Finding(path, line, (getattr(e, "offset", None) or 1),
                         "unparsable", f"Not parsed, skipped: {e}.", cell)
                 ][:options.reports("unparsable")]
-    found = []
+    found: list[Finding] = []
 
-    def report(node, rule_id, message, fixable):
+    def report(node, rule_id, message, fixable):  # A `rule_lib.Report`.
         found.append(Finding(path, node.lineno, node.col_offset + 1, rule_id,
                              message, cell, fixable))
 
@@ -170,13 +182,13 @@ def check_source(source, path="<string>", cell=None, collapse=True,
     return one_note_per_rule(found) if collapse else found
 
 
-def suppressions(source):
+def suppressions(source: str) -> dict[int, set[str] | None]:
     """{line: rule ids ignored there (None: all)}, from `# tf-lso: ignore`.
 
     `# tf-lso: ignore` on a line ignores every finding that starts there;
     `# tf-lso: ignore[rule-a, rule-b]` only those rules.
     """
-    ignored = {}
+    ignored: dict[int, set[str] | None] = {}
     if "tf-lso" not in source:
         return ignored  # Tokenizing is most of the time a file takes.
     try:
@@ -201,13 +213,17 @@ def _suppressed(finding, ignored):
     return rules_ignored is None or finding.rule in rules_ignored
 
 
-def one_note_per_rule(findings, where=lambda f: str(f.line)):
+def one_note_per_rule(
+        findings: Iterable[Finding],
+        where: Callable[[Finding], str] = lambda f: str(f.line),
+) -> list[Finding]:
     """Keeps the first `info` finding of each rule; it lists the others.
 
     A note that something works as before is worth reading once per file,
     not at every call site.
     """
-    first, kept = {}, []
+    first: dict[str, tuple[int, list[str]]] = {}
+    kept: list[Finding] = []
     for finding in findings:
         if finding.severity != "info":
             kept.append(finding)
@@ -225,9 +241,9 @@ def one_note_per_rule(findings, where=lambda f: str(f.line)):
     return kept
 
 
-def notebook_cells(text):
+def notebook_cells(text: str) -> list[tuple[int, str]]:
     """The code cells of a notebook as sources, magics blanked (same lines)."""
-    cells = []
+    cells: list[tuple[int, str]] = []
     for index, cell in enumerate(json.loads(text).get("cells", [])):
         if cell.get("cell_type") != "code":
             continue
@@ -350,7 +366,7 @@ class _NotebookText:
 _DECODER = json.JSONDecoder()
 
 
-def decode(data):
+def decode(data: bytes) -> str:
     """A Python file's bytes as text, decoded as Python decodes them.
 
     A PEP 263 coding line or a UTF-8 byte order mark is honoured; line ends
@@ -363,7 +379,7 @@ def decode(data):
     return data.decode(encoding)
 
 
-def check_file(path, options=None):
+def check_file(path: Path, options: Options | None = None) -> list[Finding]:
     """Findings in one .py or .ipynb file; unreadable files are a finding."""
     path = pathlib.Path(path)
     options = options or Options()
@@ -418,7 +434,9 @@ def _excluded(path, patterns, root):
     return False
 
 
-def python_files(paths, exclude=(), root=".", notices=None):
+def python_files(paths: Iterable[Path], exclude: Sequence[str] = (),
+                 root: Path = ".",
+                 notices: list[str] | None = None) -> Iterator[pathlib.Path]:
     """The .py and .ipynb files under `paths`, in order.
 
     Directories are searched; hidden directories, `__pycache__` and

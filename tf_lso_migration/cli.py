@@ -1,4 +1,4 @@
-"""The `python -m tf_lso` commands.
+"""The `python -m tf_lso` commands, and the `tf-lso` console script.
 
 `python -m tf_lso run SCRIPT.py [args...]` installs the legacy mixed-precision
 names (`tf_lso.install()`) and runs an unmodified TF 2.x script as
@@ -9,10 +9,15 @@ behaves differently on TF 2.16+ (exit status 1 when a finding reaches
 `--fail-on`); `--fix` previews rewriting the legacy names to tf_lso's as a
 diff, `--fix --write` applies it, both only where `check` with the same
 options reports a fixable finding. Defaults come from `[tool.tf-lso]` in
-pyproject.toml (`_migration/config.py`). `python -m tf_lso rule [ID]` prints
-a rule's documentation. See docs/migration.md. `check` and `rule` import no
-TensorFlow. Installed, all are also the `tf-lso` command.
+pyproject.toml (`tf_lso_migration/config.py`). `python -m tf_lso rule [ID]`
+prints a rule's documentation. See docs/migration.md. Installed, all are
+also the `tf-lso` command (`console_main`).
+
+Standard library only, as the whole package: `check` and `rule` import
+neither TensorFlow nor tf_lso; `run` imports tf_lso when it runs.
 """
+
+from __future__ import annotations
 
 import argparse
 import os
@@ -20,11 +25,14 @@ import pathlib
 import runpy
 import sys
 import textwrap
+from collections.abc import Sequence
+from typing import NoReturn
+from typing import TextIO
 
-import tf_lso
-from tf_lso._migration import config as config_lib
-from tf_lso._migration import report
-from tf_lso._migration import rules
+import tf_lso_migration
+from tf_lso_migration import config as config_lib
+from tf_lso_migration import report
+from tf_lso_migration import rules
 
 _RUN_EXAMPLE = "{prog} run old_train.py --epochs 3"
 _CHECK_EXAMPLES = (
@@ -39,7 +47,7 @@ _NO_MEANING_WITH_FIX = ("has no meaning with --fix (it prints a diff, or "
                         "writes the files with --write)")
 
 
-def _rules_epilog(prog):
+def _rules_epilog(prog: str) -> str:
     ids = textwrap.fill(", ".join(rules.RULES), width=76,
                         initial_indent="  ", subsequent_indent="  ")
     return (f"rules (`{prog} rule ID` explains one):\n{ids}\n"
@@ -48,12 +56,13 @@ def _rules_epilog(prog):
             "its key")
 
 
-def _ids(values):
+def _ids(values: Sequence[str]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",")
             if part.strip()]
 
 
-def main(argv=None, prog="python -m tf_lso"):
+def main(argv: Sequence[str] | None = None,
+         prog: str = "python -m tf_lso") -> int:
     """Runs a command; returns the exit status (argparse exits with 2)."""
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -66,7 +75,7 @@ def main(argv=None, prog="python -m tf_lso"):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version",
-                        version=f"%(prog)s {tf_lso.__version__}")
+                        version=f"%(prog)s {tf_lso_migration.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run", help="run a script with tf_lso.install() in effect",
@@ -151,9 +160,12 @@ def main(argv=None, prog="python -m tf_lso"):
     return status
 
 
-def _run(args, parser, prog):
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
+         prog: str) -> int:
     if not os.path.isfile(args.script):
         parser.error(f"no such file: {args.script!r}")
+    import tf_lso  # The runtime: only `run` needs it.
+
     try:
         tf_lso.install()
     except ImportError as e:  # No (or an old) TensorFlow: what to install.
@@ -166,7 +178,7 @@ def _run(args, parser, prog):
     return 0
 
 
-def _rule(args, parser):
+def _rule(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.id is None:
         width = max(map(len, rules.RULES))
         for rule in rules.RULES.values():
@@ -179,10 +191,11 @@ def _rule(args, parser):
     return 0
 
 
-def _check_settings(args, parser):
+def _check_settings(args: argparse.Namespace,
+                    parser: argparse.ArgumentParser) -> argparse.Namespace:
     """`args` with pyproject.toml's settings where the command line gave
     none, checked; usage errors exit with status 2."""
-    from tf_lso._migration import check
+    from tf_lso_migration import check
 
     if args.write and not args.fix:
         parser.error("--write needs --fix")
@@ -217,17 +230,17 @@ def _check_settings(args, parser):
     return args
 
 
-def _is_terminal(stream):
+def _is_terminal(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
 
 
-def _check(args, prog):
-    from tf_lso._migration import check
+def _check(args: argparse.Namespace, prog: str) -> int:
+    from tf_lso_migration import check
 
-    notices = []
+    notices: list[str] = []
     files = list(check.python_files(args.paths, args.exclude, args.root,
                                     notices))
     for notice in notices:
@@ -237,7 +250,7 @@ def _check(args, prog):
     if args.fix:
         return _fix(args, files)
     progress = _is_terminal(sys.stderr)
-    findings = []
+    findings: list[check.Finding] = []
     for index, path in enumerate(files, 1):
         if progress:  # A long run on a terminal says how far it is.
             sys.stderr.write(f"\r\x1b[Kchecking {index}/{len(files)} files")
@@ -258,8 +271,8 @@ def _check(args, prog):
     return 1 if report.fails(findings, args.fail_on) else 0
 
 
-def _fix(args, files):
-    from tf_lso._migration import fix
+def _fix(args: argparse.Namespace, files: list[pathlib.Path]) -> int:
+    from tf_lso_migration import fix
 
     try:
         diff, changed, skipped = fix.fix_files(
@@ -268,17 +281,20 @@ def _fix(args, files):
         print(e, file=sys.stderr)
         return 2
     sys.stdout.write(diff)
-    for path, reason in skipped:
-        print(f"{path}: skipped: {reason}", file=sys.stderr)
+    for skip in skipped:
+        print(f"{skip.path}: skipped: {skip.reason}", file=sys.stderr)
     verb = "rewrote" if args.write else "would rewrite"
     hint = "" if args.write or not changed else " (apply with --write)"
     print(f"{verb} {len(changed)} file(s){hint}", file=sys.stderr)
-    return 1 if skipped and any(
-        not reason.startswith("notebooks") for _, reason in skipped) else 0
+    return 1 if any(skip.failed for skip in skipped) else 0
 
 
-def console_main():
-    """The `tf-lso` console script: `tf-lso check ...`, `tf-lso run ...`."""
+def console_main() -> NoReturn:
+    """The `tf-lso` console script: `tf-lso check ...`, `tf-lso run ...`.
+
+    Runs without importing tf_lso (and so TensorFlow) unless the command
+    is `run`.
+    """
     sys.exit(main(prog="tf-lso"))
 
 

@@ -17,11 +17,14 @@ is installed; without either a `[tool.tf-lso]` table is an error that says
 so (a pyproject.toml without one is not read at all).
 """
 
+from __future__ import annotations
+
 import dataclasses
 import pathlib
 import re
+from typing import Any
 
-from tf_lso._migration import rules
+from tf_lso_migration import rules
 
 FAIL_ON = ("info", "warning", "error", "never")
 _TABLE = re.compile(r"""^\s*\[\s*tool\s*\.\s*(["']?)tf-lso\1\s*\]""", re.M)
@@ -42,11 +45,11 @@ class Config:
             as `fail_on`).
     """
 
-    path: pathlib.Path = None
-    settings: dict = dataclasses.field(default_factory=dict)
+    path: pathlib.Path | None = None
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
-    def root(self):
+    def root(self) -> pathlib.Path:
         """The directory `exclude` patterns are relative to."""
         return self.path.parent if self.path else pathlib.Path.cwd()
 
@@ -63,7 +66,7 @@ def _toml_loads():
     return tomllib.loads
 
 
-def find(start=None):
+def find(start: pathlib.Path | None = None) -> pathlib.Path | None:
     """The first pyproject.toml with a `[tool.tf-lso]` table, from `start`
     (default: the current directory) up; None if there is none."""
     start = pathlib.Path(start or pathlib.Path.cwd()).resolve()
@@ -78,7 +81,7 @@ def find(start=None):
     return None
 
 
-def load(path=None):
+def load(path: pathlib.Path | None = None) -> Config:
     """The `Config` of `path`, or of `find()` if None.
 
     Raises:

@@ -17,19 +17,47 @@ suppression comments. The rewrites are the rules' (`Rule.fix`; today
 and diffs files.
 """
 
+from __future__ import annotations
+
 import ast
 import difflib
 import pathlib
+import types
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from typing import NamedTuple
 
-from tf_lso._migration import check
-from tf_lso._migration import rules
+from tf_lso_migration import check
+from tf_lso_migration import rules
+
+if TYPE_CHECKING:
+    import libcst
 
 # What pip can install wherever tf_lso came from (it is not on the index).
 _LIBCST_ADVICE = ("Install it with `pip install 'libcst>=1.1'` (tf_lso's "
                   "`migrate` extra).")
 
 
-def _libcst():
+#: Why `--fix` leaves a notebook: by design, not for an error.
+NOTEBOOKS_NOT_REWRITTEN = "notebooks are checked, not rewritten"
+
+
+class Skipped(NamedTuple):
+    """A file `--fix` left as it was, and why.
+
+    Attributes:
+        path: The file.
+        reason: Why, in a few words (the first line of the error).
+        failed: Whether it was left for an error (it could not be read or
+            parsed), which fails the run; a notebook is not.
+    """
+
+    path: str
+    reason: str
+    failed: bool = True
+
+
+def _libcst() -> types.ModuleType:
     try:
         import libcst
         import libcst.metadata  # noqa: F401 (the rules' rewrites use it)
@@ -66,7 +94,7 @@ def _fix_module(module, cst, options):
     return module
 
 
-def fix_source(source, options=None):
+def fix_source(source: str, options: check.Options | None = None) -> str:
     """`source` with the legacy mixed-precision names rewritten to tf_lso.
 
     Only those `check` reports as fixable with `options` (and the
@@ -86,7 +114,7 @@ def fix_source(source, options=None):
     return _fix(source, options).code
 
 
-def fix_bytes(data, options=None):
+def fix_bytes(data: bytes, options: check.Options | None = None) -> bytes:
     """`fix_source` of a file's bytes; encoding, BOM and line ends are kept.
 
     Args:
@@ -100,7 +128,8 @@ def fix_bytes(data, options=None):
     return _fix(data, options).bytes
 
 
-def _fix(source, options):
+def _fix(source: str | bytes,
+         options: check.Options | None) -> libcst.Module:
     cst = _libcst()
     try:
         module = cst.parse_module(source)
@@ -110,7 +139,10 @@ def _fix(source, options):
     return _fix_module(module, cst, options or check.Options())
 
 
-def fix_files(paths, write=False, options=None):
+def fix_files(
+        paths: Iterable[check.Path], write: bool = False,
+        options: check.Options | None = None,
+) -> tuple[str, list[str], list[Skipped]]:
     """Rewrites (or previews) the .py files under `paths`.
 
     Args:
@@ -119,19 +151,22 @@ def fix_files(paths, write=False, options=None):
         options: `check.Options`, as for `fix_source`.
 
     Returns:
-        (unified diff of all changes, changed paths, [(path, error message)]
-        for files that were skipped).
+        (unified diff of all changes, changed paths, a `Skipped` for each
+        file that was left as it was).
     """
-    diffs, changed, skipped = [], [], []
+    diffs: list[str] = []
+    changed: list[str] = []
+    skipped: list[Skipped] = []
     for path in check.python_files(paths):
         if path.suffix == ".ipynb":
-            skipped.append((str(path), "notebooks are checked, not rewritten"))
+            skipped.append(Skipped(str(path), NOTEBOOKS_NOT_REWRITTEN,
+                                   failed=False))
             continue
         try:
             old = pathlib.Path(path).read_bytes()
             new = fix_bytes(old, options)
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
-            skipped.append((str(path), str(e).splitlines()[0]))
+            skipped.append(Skipped(str(path), str(e).splitlines()[0]))
             continue
         if new == old:
             continue

@@ -3,15 +3,23 @@
 The one table that `tf_lso.install()` (the public names, see
 `installed_names`) and the migration tool's `legacy-name` rule (`check`
 and `--fix`) both read, and how a dotted name is spelled canonically.
-Standard library only: the runtime imports it, and so does the checker,
-which runs without TensorFlow.
+
+It is migration knowledge (a legacy name and what it becomes), and
+`install()` is the migration done at run time, so it lives here, in
+`tf_lso_migration`: the one place both can import without TensorFlow (a
+module inside `tf_lso` could not be imported without the runtime).
+Standard library only, and it imports nothing.
 """
+
+from __future__ import annotations
+
+from collections.abc import Iterable
 
 # The routes a code base can take to TF 2.16+: `tf.keras` is Keras 3
 # (the default), or tf_keras 2.x (`TF_USE_LEGACY_KERAS=1`), which keeps TF
 # 2.4's `tf.keras.mixed_precision` (`LossScaleOptimizer`, `Policy`, ...) but
 # not TF 2.1-2.3's `experimental` module.
-ROUTES = ("keras3", "tf-keras")
+ROUTES: tuple[str, ...] = ("keras3", "tf-keras")
 
 _LOSS_SCALES = ("LossScale", "FixedLossScale", "DynamicLossScale")
 _SERIALIZATION = ("get", "serialize", "deserialize")
@@ -22,7 +30,7 @@ _GRAPH_REWRITE = ("enable_mixed_precision_graph_rewrite",
 # Legacy modules and the tf_lso module that holds their names (only the
 # names in `LEGACY_NAMES` are provided): TF 2.1-2.3's public experimental
 # modules, and TF 2.x's private modules that some code imported.
-LEGACY_MODULES = {
+LEGACY_MODULES: dict[str, str] = {
     "tf.keras.mixed_precision.experimental": "tf_lso.experimental",
     "tf.mixed_precision.experimental": "tf_lso.experimental",
     "tf.python.keras.mixed_precision.experimental.loss_scale_optimizer":
@@ -34,14 +42,15 @@ LEGACY_MODULES = {
 }
 
 
-def _names(prefix, names, target="tf_lso.experimental"):
+def _names(prefix: str, names: Iterable[str],
+           target: str = "tf_lso.experimental") -> dict[str, str]:
     return {f"{prefix}.{name}": f"{target}.{name}" for name in names}
 
 
 # Every legacy name tf_lso provides, canonically spelled (see `canonical`),
 # and its tf_lso name: the one table that `tf_lso.install()` (the public
 # names, see `installed_names`) and `check --fix` both read.
-LEGACY_NAMES = {
+LEGACY_NAMES: dict[str, str] = {
     **_names("tf.keras.mixed_precision.experimental",
              ("LossScaleOptimizer",) + _POLICY + _LOSS_SCALES + _SERIALIZATION),
     **_names("tf.mixed_precision.experimental", _LOSS_SCALES + _SERIALIZATION),
@@ -60,7 +69,7 @@ LEGACY_NAMES = {
 
 # Legacy names only where `tf.keras` is Keras 3: tf_keras 2.x has them, with
 # TF 2.4's API.
-KERAS3_ONLY = frozenset({"tf.keras.mixed_precision.LossScaleOptimizer"})
+KERAS3_ONLY: frozenset[str] = frozenset({"tf.keras.mixed_precision.LossScaleOptimizer"})
 
 _PREFIXES = (
     ("tensorflow.compat.v2", "tf"),
@@ -70,7 +79,7 @@ _PREFIXES = (
 )
 
 
-def canonical(dotted):
+def canonical(dotted: str) -> str:
     """`dotted` with TensorFlow's and Keras's module spelled as `tf`/`tf.keras`.
 
     >>> canonical("tensorflow.keras.mixed_precision.experimental")
@@ -82,14 +91,14 @@ def canonical(dotted):
     return dotted
 
 
-def replacement(dotted):
+def replacement(dotted: str) -> str | None:
     """The tf_lso name of a canonical legacy name or module, or None."""
     if dotted in LEGACY_NAMES:
         return LEGACY_NAMES[dotted]
     return LEGACY_MODULES.get(dotted)
 
 
-def behaviour(dotted):
+def behaviour(dotted: str) -> str:
     """What a canonical name stands for: its tf_lso name if it has one.
 
     Rules about behaviour ask this, so that a name reads the same before and
@@ -99,7 +108,7 @@ def behaviour(dotted):
     return replacement(dotted) or dotted
 
 
-def installed_names():
+def installed_names() -> list[str]:
     """The legacy names `tf_lso.install()` provides: the public ones.
 
     TF's private modules (`tf.python...`) are not provided at run time;
@@ -108,17 +117,17 @@ def installed_names():
     return [name for name in LEGACY_NAMES if not name.startswith("tf.python.")]
 
 
-def in_legacy_module(dotted):
+def in_legacy_module(dotted: str) -> bool:
     """Whether a canonical dotted name is inside a legacy module."""
     return any(dotted.startswith(module + ".") for module in LEGACY_MODULES)
 
 
-def is_legacy(dotted):
+def is_legacy(dotted: str) -> bool:
     """Whether a canonical dotted name is, or is inside, a legacy module."""
     return replacement(dotted) is not None or in_legacy_module(dotted)
 
 
-def is_legacy_on(dotted, route):
+def is_legacy_on(dotted: str, route: str) -> bool:
     """Whether a canonical dotted name is legacy on `route` (`ROUTES`).
 
     >>> is_legacy_on("tf.keras.mixed_precision.LossScaleOptimizer", "tf-keras")
@@ -128,6 +137,6 @@ def is_legacy_on(dotted, route):
                                   or dotted not in KERAS3_ONLY)
 
 
-def is_ours(dotted):
+def is_ours(dotted: str) -> bool:
     """Whether a canonical dotted name is tf_lso's."""
     return dotted == "tf_lso" or dotted.startswith("tf_lso.")

@@ -6,15 +6,24 @@ prints it and SARIF carries it, so no finding points to a file that only a
 clone of tf_lso has.
 """
 
-import json
+from __future__ import annotations
 
-import tf_lso
-from tf_lso._migration import rules
+import json
+from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import tf_lso_migration
+from tf_lso_migration import rules
+
+if TYPE_CHECKING:
+    from tf_lso_migration.check import Finding
+    from tf_lso_migration.rule import Rule
 
 _SARIF_LEVELS = {"error": "error", "warning": "warning", "info": "note"}
 
 
-def rule_ids(values):
+def rule_ids(values: Iterable[str]) -> set[str]:
     """The rule ids in `--select`/`--ignore` values (comma-separated).
 
     Raises:
@@ -30,19 +39,19 @@ def rule_ids(values):
     return ids
 
 
-def counts(findings):
+def counts(findings: Sequence[Finding]) -> dict[str, int]:
     """{severity: how many findings have it}, for every severity."""
     return {s: sum(f.severity == s for f in findings)
             for s in rules.SEVERITIES}
 
 
-def line(finding):
+def line(finding: Finding) -> str:
     """One finding as a line of the text report."""
     return (f"{finding.location()}: {finding.severity} {finding.rule}: "
             f"{finding.message}")
 
 
-def summary(findings, files, command):
+def summary(findings: Sequence[Finding], files: int, command: str) -> str:
     """The text report's last line; `command` runs the CLI (for `rule`)."""
     by_severity = counts(findings)
     fixable = sum(f.fixable for f in findings)
@@ -55,7 +64,7 @@ def summary(findings, files, command):
     return text
 
 
-def json_report(findings, files):
+def json_report(findings: Sequence[Finding], files: int) -> str:
     """The report as JSON (for CI)."""
     return json.dumps({
         "files": files,
@@ -64,7 +73,7 @@ def json_report(findings, files):
     }, indent=2)
 
 
-def fails(findings, threshold):
+def fails(findings: Sequence[Finding], threshold: str) -> bool:
     """Whether any finding is at or above severity `threshold` ('never': no)."""
     if threshold == "never":
         return False
@@ -72,7 +81,7 @@ def fails(findings, threshold):
     return any(rules.SEVERITIES.index(f.severity) >= level for f in findings)
 
 
-def sarif(findings, files):
+def sarif(findings: Sequence[Finding], files: int) -> str:
     """The report as SARIF 2.1.0 (code scanning annotations in CI)."""
     del files  # SARIF lists results, not the files without any.
     used = sorted({f.rule for f in findings})
@@ -82,7 +91,7 @@ def sarif(findings, files):
         "runs": [{
             "tool": {"driver": {
                 "name": "tf-lso",
-                "version": tf_lso.__version__,
+                "version": tf_lso_migration.__version__,
                 "rules": [_sarif_rule(rules.RULES[rule_id])
                           for rule_id in used],
             }},
@@ -92,7 +101,7 @@ def sarif(findings, files):
     }, indent=2)
 
 
-def _sarif_rule(rule):
+def _sarif_rule(rule: Rule) -> dict[str, object]:
     return {
         "id": rule.id,
         "shortDescription": {"text": rule.summary},
@@ -104,9 +113,10 @@ def _sarif_rule(rule):
     }
 
 
-def _sarif_result(finding, rule_index):
+def _sarif_result(finding: Finding, rule_index: int) -> dict[str, object]:
     message = finding.message
-    region = {"startLine": finding.line, "startColumn": finding.column}
+    region: dict[str, int | None] = {"startLine": finding.line,
+                                      "startColumn": finding.column}
     if finding.cell is not None:  # The line and column in the .ipynb file.
         message = f"[cell {finding.cell}, line {finding.line}] {message}"
         region = {"startLine": finding.file_line,

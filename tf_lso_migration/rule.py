@@ -10,16 +10,30 @@ and `finish` for what needs the whole file), and its rewrite if it has one
 (`check.py`), the fixer (`fix.py`), the reports (`report.py`) and the
 docs-table test read.
 
-Standard library only, as the whole migration tool.
+Standard library only, as the whole migration tool. Typed: `RULES`,
+`Rule` and `Context` are the interface a rule module is written against.
 """
+
+from __future__ import annotations
 
 import ast
 import collections
 import inspect
 import re
 import textwrap
+import types
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Set
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Callable
+from typing import TypeVar
 
-from tf_lso._migration import legacy_names
+from tf_lso_migration import legacy_names
+
+if TYPE_CHECKING:
+    import libcst
 
 SEVERITIES = ("info", "warning", "error")
 ROUTES = legacy_names.ROUTES
@@ -50,29 +64,30 @@ class Rule:
         visits: The `ast` node classes whose nodes `visit` is called with.
     """
 
-    id = None
-    severity = None
-    routes = ROUTES
-    section = None
-    visits = ()
+    # Declared, not set: a subclass sets them (`register` checks it did).
+    id: str
+    severity: str
+    section: str
+    routes: tuple[str, ...] = ROUTES
+    visits: tuple[type[ast.AST], ...] = ()
 
-    def _doc_paragraphs(self):
+    def _doc_paragraphs(self) -> list[str]:
         doc = inspect.cleandoc(type(self).__dict__.get("__doc__") or "")
         return [p for p in doc.split("\n\n") if p.strip()]
 
     @property
-    def summary(self):
+    def summary(self) -> str | None:
         """The docstring's first paragraph on one line (the docs row)."""
         paragraphs = self._doc_paragraphs()
         return " ".join(paragraphs[0].split()) if paragraphs else None
 
     @property
-    def explanation(self):
+    def explanation(self) -> str:
         """The docstring after its first paragraph (may be empty)."""
         return "\n\n".join(self._doc_paragraphs()[1:])
 
     @property
-    def documentation(self):
+    def documentation(self) -> str:
         """The rule's documentation: what `tf-lso rule ID` prints."""
         noun = "route" if len(self.routes) == 1 else "routes"
         fix = ("`--fix` rewrites what it finds, where it can." if self.fixes
@@ -85,7 +100,8 @@ class Rule:
                           f"\"{self.section}\".", 72),
         )))
 
-    def visit(self, node, context):
+    def visit(self, node: ast.AST,
+              context: Context) -> type[SkipChildren] | None:
         """Reports what the rule finds at `node` (`context.report`).
 
         Called once per node of a class in `visits`, in source order; a
@@ -96,16 +112,19 @@ class Rule:
             every rule.
         """
         del node, context
+        return None
 
-    def finish(self, context):
+    def finish(self, context: Context) -> None:
         """Reports what needs the whole file; called after every `visit`."""
         del context
 
     #: Whether the rule rewrites what it finds (`fix`); its findings are
     #: then `fixable` unless it says otherwise.
-    fixes = False
+    fixes: bool = False
 
-    def fix(self, module, tree, cst, lines, route):
+    def fix(self, module: libcst.Module, tree: ast.Module,
+            cst: types.ModuleType, lines: Set[int],
+            route: str) -> libcst.Module:
         """Rewrites a LibCST `module` (parsed from the same code as `tree`).
 
         Only what the rule reports, as `check` reports it: a rewrite must
@@ -135,20 +154,24 @@ class AttributeRule(Rule):
         message: What the finding says.
     """
 
-    attribute = None
-    message = None
+    attribute: str
+    message: str
     visits = (ast.Attribute,)
 
-    def visit(self, node, context):
-        if node.attr == self.attribute:
+    def visit(self, node: ast.AST,
+              context: Context) -> type[SkipChildren] | None:
+        if isinstance(node, ast.Attribute) and node.attr == self.attribute:
             context.report(node, self.id, self.message)
+        return None
 
 
 # The table: rule id -> rule instance. `rules/` fills it on import.
-RULES = {}
+RULES: dict[str, Rule] = {}
+
+_RuleClass = TypeVar("_RuleClass", bound="type[Rule]")
 
 
-def register(rule_class):
+def register(rule_class: _RuleClass) -> _RuleClass:
     """Class decorator: adds an instance of `rule_class` to `RULES`.
 
     Raises:
@@ -157,8 +180,8 @@ def register(rule_class):
     """
     rule = rule_class()
     missing = [name for name in ("id", "severity", "section", "summary")
-               if not isinstance(getattr(rule, name), str)]
-    if rule.severity not in SEVERITIES:
+               if not isinstance(getattr(rule, name, None), str)]
+    if getattr(rule, "severity", None) not in SEVERITIES:
         missing.append("severity")
     if not rule.routes or not set(rule.routes) <= set(ROUTES):
         missing.append("routes")
@@ -174,12 +197,12 @@ def register(rule_class):
     return rule_class
 
 
-def unregister(rule_id):
+def unregister(rule_id: str) -> None:
     """Undoes `register` (for tests)."""
     del RULES[rule_id]
 
 
-def anchor(heading):
+def anchor(heading: str) -> str:
     """GitHub's anchor for a markdown heading.
 
     >>> anchor("Old call → new call")
@@ -189,12 +212,13 @@ def anchor(heading):
     return text.replace(" ", "-")
 
 
-def imported_names(tree, nodes=None):
+def imported_names(tree: ast.AST,
+                   nodes: Iterable[ast.AST] | None = None) -> dict[str, str]:
     """Local name -> canonical dotted name, for every import in `tree`.
 
     `nodes`: `list(ast.walk(tree))`, if the caller has it already.
     """
-    names = {}
+    names: dict[str, str] = {}
     for node in nodes or ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -211,13 +235,14 @@ def imported_names(tree, nodes=None):
     return names
 
 
-def dotted(node, names):
+def dotted(node: ast.AST,
+           names: Mapping[str, str]) -> tuple[str, str] | None:
     """The canonical dotted name an expression spells, and its base's, or None.
 
     `tf.keras.mixed_precision.experimental.Policy` with `tf` imported gives
     `("tf.keras.mixed_precision.experimental.Policy", "tf")`.
     """
-    parts = []
+    parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
@@ -227,7 +252,8 @@ def dotted(node, names):
     return ".".join([base] + parts[::-1]), base
 
 
-def unprovided_aliases(tree, names, nodes=None):
+def unprovided_aliases(tree: ast.AST, names: Mapping[str, str],
+                       nodes: Iterable[ast.AST] | None = None) -> set[str]:
     """Local names of legacy modules that something unprovided is used through.
 
     `mp.Bogus` with `mp` a legacy module and no tf_lso `Bogus`: rewriting
@@ -242,7 +268,7 @@ def unprovided_aliases(tree, names, nodes=None):
     Returns:
         A set of local names.
     """
-    found = set()
+    found: set[str] = set()
     for node in nodes or ast.walk(tree):
         if not (isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name)):
@@ -252,6 +278,10 @@ def unprovided_aliases(tree, names, nodes=None):
                 and legacy_names.replacement(f"{base}.{node.attr}") is None):
             found.add(node.value.id)
     return found
+
+
+#: How a `Context` hands on a finding: (node, rule id, message, fixable).
+Report = Callable[[ast.AST, str, str, bool], None]
 
 
 class Context:
@@ -267,7 +297,8 @@ class Context:
         route: The route (`ROUTES`) the code base is on.
     """
 
-    def __init__(self, tree, report, route=ROUTES[0]):
+    def __init__(self, tree: ast.Module, report: Report,
+                 route: str = ROUTES[0]) -> None:
         nodes = list(ast.walk(tree))  # Walked once, for all three.
         names = imported_names(tree, nodes)
         self.tree = tree
@@ -275,11 +306,13 @@ class Context:
         self.classes = {node.name: node for node in nodes
                         if isinstance(node, ast.ClassDef)}
         self.unprovided = unprovided_aliases(tree, names, nodes)
-        self.notes = collections.defaultdict(dict)
+        self.notes: collections.defaultdict[str, dict[str, Any]] = (
+            collections.defaultdict(dict))
         self.route = route
         self._report = report
 
-    def report(self, node, rule_id, message, fixable=None):
+    def report(self, node: ast.AST, rule_id: str, message: str,
+               fixable: bool | None = None) -> None:
         """Reports a finding of rule `rule_id` at `node`.
 
         Args:
@@ -293,6 +326,6 @@ class Context:
             fixable = RULES[rule_id].fixes
         self._report(node, rule_id, message, fixable)
 
-    def resolve(self, node):
+    def resolve(self, node: ast.AST) -> tuple[str, str] | None:
         """`dotted(node, self.names)`."""
         return dotted(node, self.names)

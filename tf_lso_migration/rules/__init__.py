@@ -9,10 +9,10 @@ a new module here (see docs/architecture.md, "Adding a migration rule").
 import importlib
 import pkgutil
 
-from tf_lso._migration.rule import ROUTES
-from tf_lso._migration.rule import RULES
-from tf_lso._migration.rule import SEVERITIES
-from tf_lso._migration.rule import anchor
+from tf_lso_migration.rule import ROUTES
+from tf_lso_migration.rule import RULES
+from tf_lso_migration.rule import SEVERITIES
+from tf_lso_migration.rule import anchor
 
 __all__ = ("ROUTES", "RULES", "SEVERITIES", "anchor")
 

@@ -1,6 +1,6 @@
 """`decayed-lr`: `opt._decayed_lr(...)`, gone with OptimizerV2."""
 
-from tf_lso._migration import rule
+from tf_lso_migration import rule
 
 
 @rule.register

@@ -2,7 +2,7 @@
 
 import ast
 
-from tf_lso._migration import rule
+from tf_lso_migration import rule
 
 
 @rule.register

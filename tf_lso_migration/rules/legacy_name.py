@@ -10,8 +10,8 @@ used through (`rule.unprovided_aliases`).
 
 import ast
 
-from tf_lso._migration import legacy_names
-from tf_lso._migration import rule
+from tf_lso_migration import legacy_names
+from tf_lso_migration import rule
 
 EXPERIMENTAL_LSO = "tf_lso.experimental.LossScaleOptimizer"
 

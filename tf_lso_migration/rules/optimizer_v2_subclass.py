@@ -6,7 +6,7 @@ such a subclass trains nothing (or fails) on TF 2.16+.
 
 import ast
 
-from tf_lso._migration import rule
+from tf_lso_migration import rule
 
 _OPTIMIZER_V2_HOOKS = frozenset({
     "_resource_apply_dense", "_resource_apply_sparse", "_create_slots",

@@ -2,8 +2,8 @@
 
 import ast
 
-from tf_lso._migration import legacy_names
-from tf_lso._migration import rule
+from tf_lso_migration import legacy_names
+from tf_lso_migration import rule
 
 
 @rule.register

@@ -1,6 +1,6 @@
 """`run-v2`: `strategy.experimental_run_v2`, removed in TensorFlow 2.16."""
 
-from tf_lso._migration import rule
+from tf_lso_migration import rule
 
 
 @rule.register

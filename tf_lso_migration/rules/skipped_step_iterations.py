@@ -8,8 +8,8 @@ names).
 
 import ast
 
-from tf_lso._migration import legacy_names
-from tf_lso._migration import rule
+from tf_lso_migration import legacy_names
+from tf_lso_migration import rule
 
 _EXPERIMENTAL_LSO = "tf_lso.experimental.LossScaleOptimizer"
 

@@ -4,7 +4,7 @@ The checker reports it itself (`check.check_source`, `check.check_file`):
 there is no tree for a rule to visit.
 """
 
-from tf_lso._migration import rule
+from tf_lso_migration import rule
 
 
 @rule.register

@@ -10,7 +10,7 @@ parameter default, the name's only binding in its scope.
 import ast
 import re
 
-from tf_lso._migration import rule
+from tf_lso_migration import rule
 
 # `kernel:0`, `dense_1/kernel:0`, `w1:0`, `%s:0`, `.*:0`; not `ratio 1:0`.
 _VARIABLE_SUFFIX = re.compile(r"(?:[A-Za-z_/*.)\]]|[A-Za-z_]\d+):0(?!\d)")

@@ -15,9 +15,9 @@ import types
 import keras
 import tensorflow as tf
 
-from tf_lso._migration import legacy_names as legacy
 from tf_lso._src.legacy_api import compile_hook
 from tf_lso._src.legacy_api import policy as policy_lib
+from tf_lso_migration import legacy_names as legacy
 
 _MISSING = object()
 _installed = []  # (owner, attribute, previous value or _MISSING)
@@ -75,7 +75,7 @@ def installed_names() -> list[str]:
     """The dotted names `install()` provides, for docs and tests.
 
     Every public name of the one table of legacy names that `python -m
-    tf_lso check --fix` rewrites too (`tf_lso/_migration/legacy_names.py`).
+    tf_lso check --fix` rewrites too (`tf_lso_migration/legacy_names.py`).
     """
     return legacy.installed_names()
 
