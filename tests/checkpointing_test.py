@@ -11,6 +11,7 @@ from absl.testing import parameterized
 import tf_lso
 
 import checkpoint_fixtures as fixtures
+import inner_kinds
 import test_util
 
 NAN = float("nan")
@@ -121,15 +122,13 @@ class LayoutTest(tf.test.TestCase):
 
 class ResumeTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(
-        ("keras3_adam_eager", "keras3", False),
-        ("keras3_adam_function", "keras3", True),
-        ("legacy_adam_eager", "legacy", False),
-        ("legacy_adam_function", "legacy", True),
+        (f"{kind}_adam_{mode}", kind, mode == "function")
+        for kind in inner_kinds.names("keras", "tf_keras_legacy")
+        for mode in ("eager", "function")
     )
     def test_resumed_run_is_bit_identical(self, kind, use_tf_function):
         def make():
-            inner = (keras.optimizers.Adam(0.01) if kind == "keras3"
-                     else tf_keras.optimizers.legacy.Adam(0.01))
+            inner = inner_kinds.make(kind, "Adam", 0.01)
             return fixtures.Linear(), tf_lso.LossScaleOptimizer(
                 inner, initial_scale=4, dynamic_growth_steps=2
             )
@@ -379,9 +378,9 @@ class LegacyLayoutTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(int(theirs.dynamic_counter), 1)
 
     @parameterized.named_parameters(
-        ("legacy_inner",
-         lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
-        ("keras3_inner", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+        (f"{kind}_inner",
+         lambda kind=kind: inner_kinds.sgd(kind, 0.1, momentum=0.9))
+        for kind in inner_kinds.names("tf_keras_legacy", "keras")
     )
     def test_tf2_2_checkpoint(self, make_inner):
         source_model, source, path = fixtures.tf2_2_checkpoint(
@@ -436,8 +435,8 @@ class KerasLossScaleOptimizerLayoutTest(tf.test.TestCase):
 
 class CrossRestoreTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(
-        ("keras3", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
-        ("legacy", lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
+        (kind, lambda kind=kind: inner_kinds.sgd(kind, 0.1, momentum=0.9))
+        for kind in inner_kinds.names("keras", "tf_keras_legacy")
     )
     def test_lso_checkpoint_into_plain_optimizer(self, make_inner):
         opt = tf_lso.LossScaleOptimizer(make_inner(), initial_scale=4)
@@ -455,8 +454,8 @@ class CrossRestoreTest(tf.test.TestCase, parameterized.TestCase):
                          _state(model, opt)["optimizer"])
 
     @parameterized.named_parameters(
-        ("keras3", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
-        ("legacy", lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
+        (kind, lambda kind=kind: inner_kinds.sgd(kind, 0.1, momentum=0.9))
+        for kind in inner_kinds.names("keras", "tf_keras_legacy")
     )
     def test_plain_checkpoint_into_lso(self, make_inner):
         plain = make_inner()
@@ -673,22 +672,18 @@ class KerasFileCorruptScaleTest(tf.test.TestCase, parameterized.TestCase):
             model.load_weights(path)
         self.assertEqual(float(model.optimizer.loss_scale), 32768.0)
 
-if __name__ == "__main__":
-    tf.test.main()
-
 
 class SavedModelTest(tf.test.TestCase, parameterized.TestCase):
     """`tf.saved_model.save` of a traced training step, then loading it."""
 
-    @parameterized.product(kind=["keras", "legacy"],
+    @parameterized.product(kind=inner_kinds.names("keras", "tf_keras_legacy"),
                            cls=["LossScaleOptimizer", "experimental"])
     def test_exported_training_step_trains_and_skips(self, kind, cls):
         # A step that captures the optimizer's state exports only if every
         # variable it captures is tracked, skipped_steps and the overflow
         # record included (they are not in checkpoints, whose layout stays
         # TF 2.4's). Bare Keras 3 and tf_keras optimizers export.
-        inner = (keras.optimizers.SGD(0.5) if kind == "keras"
-                 else tf_keras.optimizers.legacy.SGD(0.5))
+        inner = inner_kinds.sgd(kind, 0.5)
         if cls == "experimental":
             opt = tf_lso.experimental.LossScaleOptimizer(
                 inner, tf_lso.experimental.DynamicLossScale(8.0, 1))
@@ -724,3 +719,7 @@ class SavedModelTest(tf.test.TestCase, parameterized.TestCase):
         # The original optimizer is untouched by the loaded copy's steps.
         self.assertAllEqual(module.var, [0.5, 1.5])
         self.assertEqual(test_util.num(opt.skipped_steps), 0)
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -1,19 +1,22 @@
 """Tests for tf_lso._src.inner.inner_optimizer and its kinds: what can be wrapped."""
 
 import abc
+import contextlib
 import pathlib
+from unittest import mock
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
 from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.inner.kinds import keras_optimizer
-from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import tensor_like
 
+import inner_kinds
 import test_util
 
 tf_keras = test_util.tf_keras
@@ -33,11 +36,7 @@ class InterfaceTest(tf.test.TestCase, parameterized.TestCase):
             self.assertFalse(kind.__abstractmethods__, kind)
 
     @parameterized.named_parameters(
-        ("keras3", keras.optimizers.SGD, keras_optimizer.KerasInner),
-        ("tf_keras", lambda: tf_keras.optimizers.SGD(),
-         tf_keras_kinds.TfKerasInner),
-        ("tf_keras_legacy", lambda: tf_keras.optimizers.legacy.SGD(),
-         tf_keras_kinds.TfKerasLegacyInner),
+        (row.name, row.sgd, row.kind) for row in inner_kinds.KINDS
     )
     def test_each_kind_holds_its_optimizer(self, make, kind):
         optimizer = make()
@@ -66,9 +65,7 @@ class WrappingTest(tf.test.TestCase, parameterized.TestCase):
             tf_lso.experimental.LossScaleOptimizer(make(), "dynamic")
 
     @parameterized.named_parameters(
-        ("keras3", keras.optimizers.SGD),
-        ("tf_keras", lambda: tf_keras.optimizers.SGD()),
-        ("tf_keras_legacy", lambda: tf_keras.optimizers.legacy.SGD()),
+        (row.name, row.sgd) for row in inner_kinds.KINDS
     )
     def test_wrapping_one_optimizer_twice_is_a_value_error(self, make):
         # TF 2.6+ and tf_keras: two wrappers would share the step counter
@@ -297,10 +294,6 @@ class TfKerasInnerTest(tf.test.TestCase, parameterized.TestCase):
         self.assertGreater(opt.inner_optimizer.calls, 0)  # Per trace.
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 class ToyOptimizer(tf.Module):
     """An optimizer of no supported kind: plain SGD on a tf.Module."""
 
@@ -320,6 +313,8 @@ class ToyOptimizer(tf.Module):
 
 class ToyKind(inner_lib.InnerOptimizer):
     """A whole kind in one class, as a new module in kinds/ would hold it."""
+
+    runs_in_v1_graph = True  # Its updates are ops of the graph.
 
     @classmethod
     def accepts(cls, optimizer):
@@ -418,3 +413,74 @@ class NewKindTest(tf.test.TestCase, parameterized.TestCase):
         fresh = tf_lso.LossScaleOptimizer(ToyOptimizer(0.5), initial_scale=4)
         tf.train.Checkpoint(optimizer=fresh).restore(path).assert_consumed()
         self.assertEqual(int(fresh.iterations.numpy()), 3)
+
+    def _model(self):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(
+            tf_lso.LossScaleOptimizer(ToyOptimizer(0.125), initial_scale=4,
+                                      dynamic_growth_steps=10), "mse")
+        return model
+
+    def test_trains_in_fit(self):
+        model = self._model()
+        before = [w.numpy() for w in model.trainable_weights]
+        x, y = np.ones((8, 2), np.float32), np.zeros((8, 1), np.float32)
+        model.fit(x, y, batch_size=4, epochs=2, verbose=0)
+        opt = model.optimizer
+        self.assertIsInstance(opt._inner, ToyKind)
+        self.assertEqual(int(opt.iterations.numpy()), 4)
+        self.assertEqual(int(opt.skipped_steps.numpy()), 0)
+        for old, new in zip(before, model.trainable_weights):
+            self.assertNotAllClose(old, new.numpy())
+        # A NaN batch is skipped: the weights stay, the scale halves.
+        trained = [w.numpy() for w in model.trainable_weights]
+        model.fit(np.full((4, 2), np.nan, np.float32), y[:4], verbose=0)
+        self.assertEqual(int(opt.skipped_steps.numpy()), 1)
+        self.assertEqual(float(opt.loss_scale), 2.0)
+        for old, new in zip(trained, model.trainable_weights):
+            self.assertAllEqual(old, new.numpy())
+
+    def test_keras_file_round_trip(self):
+        model = self._model()
+        x, y = np.ones((8, 2), np.float32), np.zeros((8, 1), np.float32)
+        model.fit(x, y, batch_size=4, verbose=0)
+        path = self.create_tempdir().full_path + "/toy.keras"
+        model.save(path)
+        loaded = keras.models.load_model(path)
+        opt = loaded.optimizer
+        self.assertIsInstance(opt, tf_lso.LossScaleOptimizer)
+        self.assertIsInstance(opt._inner, ToyKind)
+        self.assertEqual(opt.inner_optimizer.learning_rate, 0.125)
+        self.assertEqual((opt.initial_scale, opt.dynamic_growth_steps),
+                         (4.0, 10))
+        self.assertEqual(int(opt.iterations.numpy()), 2)
+        for saved, read in zip(model.weights, loaded.weights):
+            self.assertAllEqual(saved.numpy(), read.numpy())
+        # Both go on alike.
+        model.fit(x, y, batch_size=4, verbose=0)
+        loaded.fit(x, y, batch_size=4, verbose=0)
+        for theirs, ours in zip(model.weights, loaded.weights):
+            self.assertAllEqual(theirs.numpy(), ours.numpy())
+
+    def test_v1_graph_run_by_a_session(self):
+        with tf.Graph().as_default():
+            var = tf.Variable([1.0, 2.0])
+            opt = tf_lso.LossScaleOptimizer(ToyOptimizer(0.5),
+                                            initial_scale=4,
+                                            dynamic_growth_steps=10)
+            grad = tf.compat.v1.placeholder(tf.float32, [2])
+            train_op = opt.apply_gradients([(grad, var)])
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                session.run(train_op, {grad: [2.0, 2.0]})
+                self.assertAllEqual(session.run(var), [0.0, 1.0])
+                session.run(train_op, {grad: [np.nan, 2.0]})  # Skipped.
+                self.assertAllEqual(session.run(var), [0.0, 1.0])
+                self.assertEqual(session.run(opt.loss_scale), 2.0)
+                self.assertEqual(session.run(opt.iterations), 2)
+                self.assertEqual(session.run(opt.skipped_steps), 1)
+
+
+if __name__ == "__main__":
+    tf.test.main()
