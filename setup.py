@@ -35,9 +35,8 @@ setuptools.setup(
     ),
     long_description=(_HERE / "README.md").read_text(),
     long_description_content_type="text/markdown",
-    packages=setuptools.find_packages(
-        include=["tf_lso", "tf_lso.*", "tf_lso_migration",
-                 "tf_lso_migration.*"]),
+    packages=setuptools.find_packages(include=[
+        "tf_lso", "tf_lso.*", "tf_lso_migration", "tf_lso_migration.*"]),
     # PEP 561: type checkers read the packages' own annotations.
     package_data={"tf_lso": ["py.typed"], "tf_lso_migration": ["py.typed"]},
     python_requires=">=3.9",

@@ -138,9 +138,22 @@ def test_no_runtime_type_unions_below_python_3_10():
     # a module without `from __future__ import annotations`.
     if _python_floor() >= (3, 10):
         pytest.skip("setup.py requires Python 3.10+")
-    found = [u for p in sorted((ROOT / "tf_lso").rglob("*.py"))
+    found = [u for package in ("tf_lso", "tf_lso_migration")
+             for p in sorted((ROOT / package).rglob("*.py"))
              for u in _runtime_unions(p)]
     assert not found, found
+
+
+def test_both_packages_ship_and_the_command_starts_without_tf_lso():
+    # The migration tool is a package beside tf_lso (it imports nothing of
+    # it), so the `tf-lso` script starts there: `check` imports no
+    # TensorFlow whatever is installed.
+    text = (ROOT / "setup.py").read_text()
+    assert '"tf_lso_migration", "tf_lso_migration.*"' in text
+    assert '"tf-lso = tf_lso_migration.cli:console_main"' in text
+    for package in ("tf_lso", "tf_lso_migration"):
+        assert (ROOT / package / "py.typed").is_file(), package
+        assert f'"{package}": ["py.typed"]' in text, package
 
 
 def test_changelog_uses_only_keep_a_changelog_sections():
