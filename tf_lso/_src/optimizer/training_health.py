@@ -15,16 +15,30 @@ which share of the scaled gradient's elements float16 would hold as zero or
 below its smallest normal, and how many doublings the largest has left.
 """
 
+from __future__ import annotations
+
 import collections
 import math
 import sys
 import threading
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
 
 import tensorflow as tf
 
 from tf_lso._src import compat
 from tf_lso._src.gradients import replicas
 from tf_lso._src.scaling import validation
+
+if TYPE_CHECKING:
+    from tf_lso._src.gradients import packing
+
+# A part of a message: a string, or a number (a Python int eagerly, an int64
+# tensor inside a `tf.function`).
+_Part = Any
 
 # How many offending variables a record names (the count is always exact).
 MAX_NAMED = 8
@@ -67,11 +81,11 @@ class Overflow(collections.namedtuple(
     """
 
 
-def variable_name(variable):
+def variable_name(variable: Any) -> str:
     return getattr(variable, "path", None) or variable.name
 
 
-def host_int(variable):
+def host_int(variable: Any) -> int:
     """A scalar variable's value as a Python int, eagerly.
 
     Under a distribution strategy too, where `int()` of a `MirroredVariable`
@@ -81,7 +95,8 @@ def host_int(variable):
     return int(variable.numpy())
 
 
-def _stuck_parts(limit, consecutive, step, count, names):
+def _stuck_parts(limit: int, consecutive: _Part, step: _Part, count: _Part,
+                 names: _Part) -> list[_Part]:
     """The stuck-run message, in parts: the one place it is worded.
 
     Values in it may be Python values (`stuck_message`) or tensors inside
@@ -102,7 +117,8 @@ def _stuck_parts(limit, consecutive, step, count, names):
     ]
 
 
-def _loss_parts(lead, consecutive_loss, step, count, names):
+def _loss_parts(lead: Sequence[_Part], consecutive_loss: _Part, step: _Part,
+                count: _Part, names: _Part) -> list[_Part]:
     """The message of a stop whose last skipped step had a non-finite loss.
 
     Args:
@@ -117,7 +133,7 @@ def _loss_parts(lead, consecutive_loss, step, count, names):
     ]
 
 
-def _stuck_lead(limit, consecutive):
+def _stuck_lead(limit: int, consecutive: _Part) -> list[_Part]:
     return [consecutive, " steps in a row were skipped (more than "
             f"max_consecutive_skips={limit}) and "]
 
@@ -127,7 +143,8 @@ LOSS_STOP_LEAD = (
     "Stopping at the first non-finite loss (stop_on_nonfinite_loss=True): ",)
 
 
-def stuck_message(limit, overflow, consecutive_loss=0):
+def stuck_message(limit: int, overflow: Overflow,
+                  consecutive_loss: int = 0) -> str:
     """Why a run of skipped steps stops training: one sentence and remedies.
 
     When the loss itself was not finite at the last skipped step, the
@@ -150,14 +167,15 @@ def stuck_message(limit, overflow, consecutive_loss=0):
     return "".join(str(part) for part in parts)
 
 
-def loss_stop_message(overflow, consecutive_loss=1):
+def loss_stop_message(overflow: Overflow, consecutive_loss: int = 1) -> str:
     """Why `stop_on_nonfinite_loss` stops training, after `overflow`."""
     return "".join(str(part) for part in _loss_parts(
         LOSS_STOP_LEAD, consecutive_loss, overflow.step, overflow.count,
         ", ".join(overflow.variables)))
 
 
-def is_stuck(overflow, limit, iterations=None):
+def is_stuck(overflow: Overflow | None, limit: int,
+             iterations: int | None = None) -> bool:
     """Whether the run of skipped steps that `overflow` ends is too long.
 
     The one test of a stuck run: more than `limit` steps skipped in a row.
@@ -185,8 +203,9 @@ class OverflowRecord(tf.Module):
             loss raises (see `check`).
     """
 
-    def __init__(self, max_consecutive_skips=None, print_overflows=False,
-                 stop_on_nonfinite_loss=False):
+    def __init__(self, max_consecutive_skips: int | None = None,
+                 print_overflows: bool = False,
+                 stop_on_nonfinite_loss: bool = False) -> None:
         super().__init__(name="overflow_record")
         if max_consecutive_skips is not None:
             max_consecutive_skips = validation.integer(
@@ -218,16 +237,18 @@ class OverflowRecord(tf.Module):
         self.loss_skips = state(0, tf.int64, "nonfinite_loss_skips")
         # One tuple of variable names per distinct `apply_gradients` list;
         # a record stores which one its indices refer to.
-        self._names = []
+        self._names: list[tuple[str, ...]] = []
 
-    def names_id_for(self, var_list):
+    def names_id_for(self, var_list: Iterable[Any]) -> int:
         """A Python int identifying the names of `var_list`."""
         names = tuple(variable_name(v) for v in var_list)
         if names not in self._names:
             self._names.append(names)
         return self._names.index(names)
 
-    def record(self, nonfinite, step, names_id, scale, loss_nonfinite=None):
+    def record(self, nonfinite: tf.Tensor, step: tf.Tensor, names_id: int,
+               scale: tf.Tensor,
+               loss_nonfinite: tf.Tensor | None = None) -> tf.Tensor:
         """Records a skipped step. Called in the skip branch only.
 
         Args:
@@ -257,9 +278,9 @@ class OverflowRecord(tf.Module):
         indices = tf.where(tf.gather(padded, order) > 0,
                            tf.cast(order, tf.int64), tf.constant(-1, tf.int64))
         step = tf.cast(step, tf.int64)
-        consecutive = tf.where(tf.equal(step, self.step + 1),
-                               self.consecutive + 1, tf.constant(1, tf.int64))
         in_a_row = tf.equal(step, self.step + 1)
+        consecutive = tf.where(in_a_row, self.consecutive + 1,
+                               tf.constant(1, tf.int64))
         consecutive_loss = tf.where(
             is_loss,
             tf.where(in_a_row, self.consecutive_loss + 1,
@@ -275,7 +296,15 @@ class OverflowRecord(tf.Module):
         self.step.assign(step)
         return consecutive
 
-    def report(self, names_id):
+    def _offending(self, names_id: int) -> tf.Tensor:
+        """The names the record holds (of the variables whose gradients
+        were not finite), joined by ", ": a string tensor."""
+        names = tf.constant(self._names[names_id])
+        return tf.strings.reduce_join(
+            tf.gather(names, tf.boolean_mask(self.indices, self.indices >= 0)),
+            separator=", ")
+
+    def report(self, names_id: int) -> None:
         """Prints the record just made, if `print_overflows` (skip branch).
 
         One line on stderr through `tf.print`: the step, whether the loss
@@ -286,13 +315,10 @@ class OverflowRecord(tf.Module):
         if not self.print_overflows or (
                 not tf.executing_eagerly() and compat.in_xla_context()):
             return
-        names = tf.constant(self._names[names_id])
-        offending = tf.strings.reduce_join(
-            tf.gather(names, tf.boolean_mask(self.indices, self.indices >= 0)),
-            separator=", ")
+        offending = self._offending(names_id)
 
-        def line(why):
-            def print_line():
+        def line(why: tuple[str, ...]) -> Callable[[], None]:
+            def print_line() -> None:
                 tf.print("tf_lso: skipped step", self.step, "-", *why,
                          self.count, "gradient(s) not finite, for:",
                          offending, output_stream=sys.stderr)
@@ -305,7 +331,7 @@ class OverflowRecord(tf.Module):
             line(("the loss itself was not finite;",)),
         ])
 
-    def check(self, consecutive, names_id):
+    def check(self, consecutive: tf.Tensor, names_id: int) -> None:
         """Raises if training must stop after the step just recorded.
 
         With `stop_on_nonfinite_loss`, at a step skipped with a non-finite
@@ -325,10 +351,7 @@ class OverflowRecord(tf.Module):
             return
         if compat.in_xla_context():
             return
-        names = tf.constant(self._names[names_id])
-        offending = tf.strings.reduce_join(
-            tf.gather(names, tf.boolean_mask(self.indices, self.indices >= 0)),
-            separator=", ")
+        offending = self._offending(names_id)
         is_loss = tf.equal(self.cause, LOSS)
         if self.stop_on_nonfinite_loss:
             tf.debugging.Assert(tf.logical_not(is_loss), [_joined(_loss_parts(
@@ -345,7 +368,8 @@ class OverflowRecord(tf.Module):
                                  offending)))
         tf.debugging.Assert(consecutive <= limit, [message])
 
-    def stop_message(self, limit, iterations=None, stop_on_loss=None):
+    def stop_message(self, limit: int | None, iterations: int | None = None,
+                     stop_on_loss: bool | None = None) -> str | None:
         """Why training must stop now, or None. Eager only.
 
         Args:
@@ -368,7 +392,7 @@ class OverflowRecord(tf.Module):
             return stuck_message(limit, overflow, consecutive_loss)
         return None
 
-    def last(self):
+    def last(self) -> Overflow | None:
         """The last skipped step as an `Overflow`, or None. Eager only.
 
         Raises:
@@ -389,7 +413,7 @@ class OverflowRecord(tf.Module):
                         CAUSES[int(self.cause.numpy())])
 
 
-def _joined(parts):
+def _joined(parts: Iterable[_Part]) -> tf.Tensor:
     """One string tensor of message parts (strings and numeric tensors)."""
     return tf.strings.join([
         part if isinstance(part, str) or part.dtype == tf.string
@@ -411,15 +435,16 @@ class SeenLosses:
     # that never apply leave theirs, the oldest of which go first.
     _MAX_ENTRIES = 64
 
-    def __init__(self):
-        self._entries = {}
+    def __init__(self) -> None:
+        # thread id -> (the graph, or None eagerly; the verdict)
+        self._entries: dict[int, tuple[Any, tf.Tensor]] = {}
 
     @staticmethod
-    def _graph():
+    def _graph() -> Any:
         return None if tf.executing_eagerly() else (
             tf.compat.v1.get_default_graph())
 
-    def see(self, loss):
+    def see(self, loss: tf.Tensor) -> None:
         """Keeps whether `loss` (a float tensor) has an Inf or NaN."""
         thread = threading.get_ident()
         self._entries.pop(thread, None)
@@ -428,7 +453,7 @@ class SeenLosses:
         nonfinite = tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))
         self._entries[thread] = (self._graph(), nonfinite)
 
-    def take(self):
+    def take(self) -> tf.Tensor | None:
         """The verdict on the loss last seen in this thread and graph.
 
         Returns:
@@ -484,24 +509,24 @@ class GradientReport(collections.namedtuple(
     """
 
     @property
-    def total_zero_share(self):
+    def total_zero_share(self) -> tf.Tensor:
         """`zero_share` over every element of every gradient."""
         return _weighted(self.zero_share, self.size)
 
     @property
-    def total_below_normal_share(self):
+    def total_below_normal_share(self) -> tf.Tensor:
         """`below_normal_share` over every element of every gradient."""
         return _weighted(self.below_normal_share, self.size)
 
     @property
-    def min_headroom(self):
+    def min_headroom(self) -> tf.Tensor:
         """The headroom of the largest scaled gradient element of all."""
         headroom = tf.cast(self.headroom, tf.float32)
         return tf.reduce_min(tf.where(tf.math.is_nan(headroom),
                                       tf.constant(float("inf")), headroom))
 
 
-def _weighted(shares, sizes):
+def _weighted(shares: Any, sizes: Any) -> tf.Tensor:
     shares = tf.cast(shares, tf.float32)
     sizes = tf.cast(sizes, tf.float32)
     present = sizes > 0
@@ -509,7 +534,10 @@ def _weighted(shares, sizes):
     return total / tf.reduce_sum(sizes)
 
 
-def gradient_statistics(packed, scale, values=None):
+def gradient_statistics(
+    packed: packing.Packed, scale: tf.Tensor | float,
+    values: Sequence[tf.Tensor] | None = None,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """The per-gradient fields of a `GradientReport`, as tensors.
 
     Args:
@@ -524,7 +552,7 @@ def gradient_statistics(packed, scale, values=None):
     scale = tf.cast(scale, tf.float32)
     nan = float("nan")
 
-    def reduce(rows):
+    def reduce(rows: tf.Tensor) -> tf.Tensor:
         # One pass per packed value: every number from the same |g * s|.
         product = rows * scale
         # Zero and below-normal from the float32 bits of |g * s|: XLA on
@@ -547,7 +575,10 @@ def gradient_statistics(packed, scale, values=None):
     return zero, below, headroom, size
 
 
-def host_report(scale, names, statistics):
+def host_report(
+    scale: tf.Tensor | float, names: Iterable[str],
+    statistics: tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor],
+) -> GradientReport:
     """A `GradientReport` of NumPy values (eagerly), else of tensors."""
     zero, below, headroom, size = statistics
     if tf.executing_eagerly():
@@ -568,7 +599,7 @@ class GradientReportRecord(tf.Module):
     clears the flag; other steps only read the flag.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(name="gradient_report")
         self.enabled = False
         self.requested = replicas.state_variable(
@@ -580,9 +611,9 @@ class GradientReportRecord(tf.Module):
         self.names_id = replicas.state_variable(-1, tf.int64,
                                                 "gradient_report_names_id")
         # {names_id: a float32 variable of shape [4, number of variables]}
-        self._fields = {}
+        self._fields: dict[int, tf.Variable] = {}
 
-    def build(self, names_id, size):
+    def build(self, names_id: int, size: int) -> None:
         """Creates the storage for one `apply_gradients` list, once."""
         if names_id not in self._fields:
             with tf.init_scope():
@@ -590,7 +621,8 @@ class GradientReportRecord(tf.Module):
                     tf.zeros([4, size]), tf.float32,
                     f"gradient_report_{names_id}")
 
-    def record(self, packed, scale, step, names_id):
+    def record(self, packed: packing.Packed, scale: tf.Tensor,
+               step: tf.Tensor, names_id: int) -> None:
         """Stores the report of `packed` if requested. In a replica context.
 
         Args:
@@ -601,7 +633,8 @@ class GradientReportRecord(tf.Module):
         """
         fields = self._fields[names_id]
 
-        def store(values, scale, step):
+        def store(values: Sequence[tf.Tensor], scale: tf.Tensor,
+                  step: tf.Tensor) -> None:
             values = [replicas.first_replica(v) for v in values]
             scale = replicas.first_replica(scale)
             fields.assign(tf.stack(gradient_statistics(packed, scale,
@@ -615,7 +648,7 @@ class GradientReportRecord(tf.Module):
             tf.logical_not(self.requested), lambda: None, store, args=(),
             false_args=(packed.values, scale, tf.identity(step)))
 
-    def last(self, names):
+    def last(self, names: Sequence[tuple[str, ...]]) -> GradientReport | None:
         """The last stored report, or None. Eager only.
 
         Args:
