@@ -9,7 +9,6 @@ import keras
 import tensorflow as tf
 from absl.testing import parameterized
 
-from tf_lso._src.gradients import packing as gradients
 from tf_lso._src.inner import inner_optimizer
 from tf_lso._src.optimizer import apply_step
 from tf_lso._src.optimizer import training_health
@@ -35,7 +34,7 @@ class ApplyStepTest(tf.test.TestCase, parameterized.TestCase):
         loss_scale = loss_scale_lib.DynamicLossScale(8.0, increment_period=1)
         step, inner, var = _step(loss_scale)
         def run(grad):
-            step(gradients.pack([grad]), [var], None, True)
+            step([grad], [var], None, True)
 
         if use_tf_function:
             run = tf.function(run)
@@ -53,7 +52,7 @@ class ApplyStepTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_fixed_scale_never_skips(self):
         step, inner, var = _step(loss_scale_lib.FixedLossScale(4.0))
-        step(gradients.pack([tf.constant([INF, 1.0])]), [var], None, True)
+        step([tf.constant([INF, 1.0])], [var], None, True)
         self.assertEqual(float(var[0]), -INF)
         self.assertEqual(int(step.skipped_steps), 0)
         self.assertEqual(int(inner.iterations), 1)
@@ -78,7 +77,7 @@ class ApplyStepTest(tf.test.TestCase, parameterized.TestCase):
                                     training_health.OverflowRecord())
 
         def run():
-            step(gradients.pack([tf.constant([1.0, 1.0])]), [var], None, True)
+            step([tf.constant([1.0, 1.0])], [var], None, True)
 
         if use_tf_function:
             run = tf.function(run)

@@ -17,9 +17,9 @@ NAN = float("nan")
 class GradientsTest(tf.test.TestCase, parameterized.TestCase):
     def test_multiply_gradients_keeps_structure(self):
         sparse = tf.IndexedSlices(tf.constant([[2.0]]), tf.constant([0]))
-        result = gradients.multiply_gradients(
-            [tf.constant(4.0, tf.float16), None, sparse], tf.constant(0.5)
-        )
+        result = gradients.pack(
+            [tf.constant(4.0, tf.float16), None, sparse]
+        ).scaled(tf.constant(0.5)).unpack()
         self.assertEqual(result[0].dtype, tf.float16)
         self.assertEqual(float(result[0]), 2.0)
         self.assertIsNone(result[1])
@@ -51,7 +51,7 @@ class PackTest(tf.test.TestCase, parameterized.TestCase):
         factor = tf.constant(1.0 / 3.0)
 
         def both(grads):
-            return (gradients.multiply_gradients(grads, factor),
+            return (gradients.pack(grads).scaled(factor).unpack(),
                     [None if g is None else _per_tensor(g, factor)
                      for g in grads])
 
@@ -120,7 +120,7 @@ def test_pack_unpack_round_trip_any_mix(entries, factor):
         else:
             np.testing.assert_array_equal(restored, original)
     factor = tf.constant(factor)
-    for g, scaled in zip(grads, gradients.multiply_gradients(grads, factor)):
+    for g, scaled in zip(grads, gradients.pack(grads).scaled(factor).unpack()):
         if g is not None:
             np.testing.assert_array_equal(scaled, g * factor)
 

@@ -152,15 +152,6 @@ class HandedOut:
         return entry[1]
 
 
-def multiply_gradients(grads, factor):
-    """Multiplies every gradient by the float32 `factor` cast to its dtype.
-
-    `None` entries stay `None`; `IndexedSlices` stay `IndexedSlices` (values
-    scaled, indices and dense shape kept). Returns a list.
-    """
-    return pack(grads).scaled(factor).unpack()
-
-
 # Gradients with at most this many elements are stacked with others of the
 # same shape, so that one op checks or scales all of them: for small tensors
 # the per-op launch cost dominates. Bigger ones are handled one by one, which

@@ -1,29 +1,65 @@
-"""One step of a loss scale optimizer: check, then apply or skip.
+"""One step of a loss scale optimizer, top to bottom.
 
-`ApplyStep` is what `LossScaleOptimizer.apply_gradients` does once it has
-validated its arguments and packed the unscaled gradients:
+`ApplyStep` owns what `LossScaleOptimizer.apply_gradients` does with a list
+of gradients (the optimizer only says whether they are still scaled):
 
-    sum over replicas  as the inner optimizer would (its aggregator), so
-                       that the check sees what it applies
-    check              the loss scale's update: one finite check, the new
-                       scale and counter
-    cond(apply, skip)  on every replica alike (`replicas`)
+    1. validate  replica context, strategy, graph, gradient/variable pairs;
+                 every check comes before the first state change
+    2. build     the inner optimizer's variables (never inside the cond)
+    3. pack      small gradients stacked (`packing.Packed`), unscaled if the
+                 loss went through `scale_loss`
+    4. sum       over replicas, as the inner optimizer would (its aggregator),
+                 so that the check sees what is applied
+    5. check     one finite check on the stacks, one scalar all-reduce
+                 (`replicas.all_finite`); with gradient accumulation on the
+                 window's sums so far
+    6. decide    the loss scale's `Rule` applied to the verdict
+                 (`loss_scale.advance`): new scale and counter, branch-free
+    7. apply or skip, on every replica alike (`replicas.cond_on_all_replicas`)
 
-On a skipped step no variable or slot changes: the inner optimizer only
-counts the step, `skipped_steps` grows by one and the overflow record is
-updated. Fixed and dynamic loss scales answer the check through the same
-method, so nothing here asks which one it has.
+A fixed scale's rule needs no check: step 5 and the cond disappear, as in
+TF 2.4. A user's `LossScale` has no rule; steps 5 and 6 are then its
+`update(grads)`, as TF 2.4 called it. On a skipped step no variable or slot
+changes: the inner optimizer only counts the step, `skipped_steps` grows by
+one and the overflow record is updated.
 """
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
 from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
+from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.optimizer import training_health
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
+
+
+class Decision(typing.NamedTuple):
+    """What steps 5 and 6 decided.
+
+    Attributes:
+        update_op: The loss scale's update op in a graph (None eagerly).
+        should_apply: A bool tensor, or a Python bool known while tracing.
+        checked: The `packing.Packed` gradients that were checked (with
+            accumulation: the window's sums), for the skip's record.
+        window: With accumulation, the two bool tensors the skip needs
+            (whether this call is the window's first non-finite one, and
+            whether it ends the window); else `()`.
+    """
+
+    update_op: Any
+    should_apply: bool | tf.Tensor
+    checked: packing.Packed
+    window: tuple[tf.Tensor, ...]
 
 
 class ApplyStep(tf.Module):
-    """Applies or skips packed gradients; holds `skipped_steps`.
+    """Applies or skips a step's gradients; holds `skipped_steps`.
 
     A `tf.Module`, so that a SavedModel of a traced step can track the
     variables it captures (`checkpointing.Layout`).
@@ -32,13 +68,23 @@ class ApplyStep(tf.Module):
         inner: The `inner_optimizer.InnerOptimizer`.
         loss_scale: The `LossScale`.
         overflow: The `training_health.OverflowRecord`.
+        seen_losses: The optimizer's `training_health.SeenLosses` (whether
+            the loss it scaled last was finite), or None for a fresh one.
+        handed_out: The optimizer's `packing.HandedOut` (the gradients its
+            `get_unscaled_gradients` packed), or None for a fresh one.
     """
 
-    def __init__(self, inner, loss_scale, overflow):
+    def __init__(self, inner: inner_lib.InnerOptimizer,
+                 loss_scale: loss_scale_lib.LossScale,
+                 overflow: training_health.OverflowRecord,
+                 seen_losses: training_health.SeenLosses | None = None,
+                 handed_out: packing.HandedOut | None = None) -> None:
         super().__init__(name="apply_step")
         self._inner = inner
         self._loss_scale = loss_scale
         self._overflow = overflow
+        self._seen_losses = seen_losses or training_health.SeenLosses()
+        self._handed_out = handed_out or packing.HandedOut()
         # Not checkpointed (the layout stays TF 2.4's), like the record.
         self.skipped_steps = replicas.state_variable(
             0, tf.int64, "skipped_steps"
@@ -55,33 +101,47 @@ class ApplyStep(tf.Module):
             self.window_overflowed = replicas.state_variable(
                 False, tf.bool, "window_overflowed")
 
-    def __call__(self, packed, var_list, name, aggregate,
-                 loss_nonfinite=None):
+    def __call__(self, grads: Sequence[packing.Gradient],
+                 var_list: Sequence[tf.Variable], name: str | None = None,
+                 aggregate: bool = True, scaled: bool = False) -> Any:
         """Runs the step.
 
         Args:
-            packed: The unscaled gradients, a `packing.Packed`.
+            grads: The gradients, unscaled unless `scaled`.
             var_list: Their variables, in the same order.
             name: Passed to tf_keras inner optimizers.
             aggregate: Whether the gradients still need summing over
                 replicas.
-            loss_nonfinite: A bool scalar tensor, True if this replica's
-                loss was not finite; None if the optimizer did not see the
-                loss. Read by a skipped step only (its cause).
+            scaled: Whether the gradients are still multiplied by the loss
+                scale (Keras 3's protocol: `scale_loss`, then `apply`).
 
         Returns:
             In a `tf.compat.v1` graph, the op that runs the step; else None.
         """
+        grads, var_list = list(grads), list(var_list)
+        # 1. Validate.
+        replicas.check_replica_context("apply_gradients")
+        replicas.check_strategy_supported()
+        self._inner.check_graph()
+        packing.check_grads_and_vars(grads, var_list)
+        # 2. Build.
+        replicas.create_variables(self._inner.build, var_list)
+        self._inner.check_variables(var_list)
+        # 3. Pack.
+        packed = self._pack(grads, var_list, scaled)
+        loss_nonfinite = self._seen_losses.take()
+        # 4. Sum over replicas, as the inner optimizer's apply would; the
+        # kind says whether its apply must still sum (`apply_sums`).
+        apply_sums = aggregate
         if aggregate:
-            # The inner optimizer then applies without summing again.
-            packed, aggregate = self._inner.aggregated(packed, var_list)
+            packed, apply_sums = self._inner.aggregated(packed, var_list)
         # Read before the update (the overflow record wants the scale a
         # skipped step was taken with); in a tf.compat.v1 graph, nothing
         # else would order the read first.
         scale = self._loss_scale()
+        # 5. and 6. Check and decide.
         with tf.control_dependencies([scale]):
-            update_op, should_apply, checked, window = self._check(
-                packed, var_list)
+            decision = self._decide(packed, var_list)
         names_id = self._overflow.names_id_for(var_list)
         if self.report.enabled and not replicas.in_v1_graph():
             replicas.create_variables(self.report.build, names_id,
@@ -89,13 +149,14 @@ class ApplyStep(tf.Module):
             self.report.record(packed, scale, self._inner.iterations,
                                names_id)
 
+        # 7. Apply or skip.
         def apply_fn(values, aux, var_list):
             # Every gradient must come from the branch's graph: a mix of
             # captured and branch tensors breaks the gradient of Keras 3's
             # all-reduce (a custom_gradient, used even with no strategy).
             grads = packed.unpack([tf.identity(v) for v in values], aux)
             return self._inner.apply(list(zip(grads, var_list)), name,
-                                     aggregate)
+                                     apply_sums)
 
         # Whether the loss was seen is known while tracing; when it was not,
         # a placeholder flag keeps the branch's arguments the same.
@@ -118,7 +179,7 @@ class ApplyStep(tf.Module):
 
         def nonfinite_flags(values, loss_flag):
             # The gradients' flags and the loss's, in one sum over replicas.
-            return tf.concat([checked.nonfinite_per_gradient(values),
+            return tf.concat([decision.checked.nonfinite_per_gradient(values),
                               tf.reshape(loss_flag, [1])], 0)
 
         def count_skip(values, scale, loss_flag):
@@ -137,16 +198,35 @@ class ApplyStep(tf.Module):
         if v1_graph:
             skip_fn = _one_op(skip_fn)
         step_op = replicas.cond_on_all_replicas(
-            should_apply, apply_fn, skip_fn,
+            decision.should_apply, apply_fn, skip_fn,
             args=(packed.values, packed.aux, var_list),
-            false_args=(checked.values, scale, loss_flag, *window),
+            false_args=(decision.checked.values, scale, loss_flag,
+                        *decision.window),
         )
         if v1_graph:
-            return replicas.grouped((update_op, step_op))
+            return replicas.grouped((decision.update_op, step_op))
         return None
 
-    def _check(self, packed, var_list):
-        """Updates the loss scale.
+    def _pack(self, grads: list[packing.Gradient], var_list: list[tf.Variable],
+              scaled: bool) -> packing.Packed:
+        """Step 3: the gradients packed, and unscaled if `scaled`.
+
+        Small gradients travel stacked (see `packing.Packed`): one op
+        unscales or checks many of them, and the cond gets few inputs. The
+        TF 2.x protocol's `get_unscaled_gradients` packed them already.
+        """
+        packed = None if scaled else self._handed_out.take(grads)
+        if packed is not None and any(map(packing.overwrites, var_list)):
+            packed = None  # Packed without the variables: see `pack`.
+        if packed is None:
+            packed = packing.pack(grads, var_list)
+            if scaled:
+                packed = packed.unscaled(self._loss_scale())
+        return packed
+
+    def _decide(self, packed: packing.Packed,
+                var_list: list[tf.Variable]) -> Decision:
+        """Steps 5 and 6: the finite check and the loss scale's rule.
 
         With gradient accumulation on the inner optimizer, the loss scale
         sees one step per window: every call checks the window's sums so
@@ -154,26 +234,47 @@ class ApplyStep(tf.Module):
         never hold a non-finite value. The window's first non-finite call
         skips the whole window: it empties the accumulators and backs off
         once, and the window's later calls are dropped up to its end.
-
-        Returns:
-            (the loss scale's update op, whether to call the inner apply,
-            the gradients checked, and with accumulation the tensors
-            `skip_fn` needs: whether this is the window's first non-finite
-            call, and whether it ends the window).
         """
+        rule = self._loss_scale.rule
         window = self._inner.accumulation_window(var_list)
+        if rule is None:  # A user's LossScale: TF 2.4 called `update`.
+            if window is not None:
+                raise NotImplementedError(
+                    "Gradient accumulation (`gradient_accumulation_steps` on "
+                    "the inner optimizer) needs a FixedLossScale or "
+                    f"DynamicLossScale. Received: loss_scale="
+                    f"{self._loss_scale!r}. Accumulate gradients yourself, "
+                    "or use one of those two classes.")
+            update_op, should_apply = self._loss_scale.update(packed.unpack())
+            return Decision(update_op, should_apply, packed, ())
+        if not rule.checks:  # A fixed scale applies every step (TF 2.4).
+            update_op = None if tf.executing_eagerly() else tf.no_op()
+            return Decision(update_op, True, packed, ())
         if window is None:
-            return (*self._loss_scale._update_packed(packed), packed, ())
-        is_window_end, accumulators = window
+            update_op, should_apply = loss_scale_lib.advance(
+                self._loss_scale, replicas.all_finite(packed))
+            return Decision(update_op, should_apply, packed, ())
+        window_end, accumulators = window
         sums = packing.pack([
             None if g is None else tf.convert_to_tensor(g) + acc
             for g, acc in zip(packed.unpack(), accumulators)
         ])
-        update_op, should_apply, first_overflow = (
-            self._loss_scale._update_window(
-                sums, is_window_end, self.window_overflowed))
-        return (update_op, should_apply, sums,
-                (tf.convert_to_tensor(first_overflow), is_window_end))
+        overflowed = tf.convert_to_tensor(self.window_overflowed)
+        # A damaged scale counts as an overflow (see `advance`).
+        is_finite = tf.logical_and(
+            replicas.all_finite(sums),
+            loss_scale_lib.usable(self._loss_scale()))
+        should_apply = tf.logical_and(is_finite, tf.logical_not(overflowed))
+        first_overflow = tf.logical_not(tf.logical_or(is_finite, overflowed))
+        # The state changes at most once a window: it backs off at the
+        # window's first non-finite call, and counts a good step at the end
+        # of a window that had none.
+        update_op, should_apply = loss_scale_lib.advance(
+            self._loss_scale, should_apply,
+            active=tf.logical_or(first_overflow,
+                                 tf.logical_and(window_end, should_apply)))
+        return Decision(update_op, should_apply, sums,
+                        (first_overflow, window_end))
 
 
 def _one_op(fn):

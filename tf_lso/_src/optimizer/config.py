@@ -1,11 +1,12 @@
 """The config formats of the loss scale optimizers, read in one place.
 
-`get_config()` writes TF 2.4's keys (`TF24_KEYS`), or TF 2.1-2.3's
-(`TF23_KEYS`: the inner optimizer and a serialized loss scale) for a loss
-scale that TF 2.4's arguments cannot describe; tf_lso's own settings and
-Keras 3's `name` are added only when set (`OPTIONAL_KEYS`). `read` checks
-a config and reads either format; nothing else looks at the keys. The
-inner optimizer's config is its kind's (`inner_optimizer.deserialize`).
+`get_config()` writes TF 2.4's keys (`TF24_KEYS`, with `tf24_config`), or
+TF 2.1-2.3's (`TF23_KEYS`: the inner optimizer and a serialized loss scale,
+with `tf23_config`) for a loss scale that TF 2.4's arguments cannot
+describe; tf_lso's own settings and Keras 3's `name` are added only when set
+(`OPTIONAL_KEYS`). `read` checks a config and reads either format; nothing
+else spells the keys. The inner optimizer's config is its kind's
+(`inner_optimizer.deserialize`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ TF24_KEYS = ("inner_optimizer", "dynamic", "initial_scale",
 TF23_KEYS = ("optimizer", "loss_scale")
 # Keys in either format's config only when set: Keras 3's `name`, and
 # tf_lso's own settings.
-OPTIONAL_KEYS = ("name", "max_consecutive_skips", "print_overflows")
+OPTIONAL_KEYS = ("name", "max_consecutive_skips", "print_overflows",
+                 "stop_on_nonfinite_loss")
 
 
 def checked_config(config, class_name):
@@ -53,7 +55,7 @@ def checked_config(config, class_name):
         class_name)
     config = {k: v for k, v in config.items()
               if k not in settings.KERAS_BASE_DEFAULTS}
-    legacy = "loss_scale" in config or "optimizer" in config
+    legacy = any(key in config for key in TF23_KEYS)
     keys = TF23_KEYS if legacy else TF24_KEYS
     unknown = sorted(set(config) - set(keys) - set(OPTIONAL_KEYS), key=str)
     if unknown:
@@ -72,7 +74,9 @@ def checked_config(config, class_name):
     return config
 
 
-def optional_config(name, max_consecutive_skips, print_overflows):
+def optional_config(name: str | None, max_consecutive_skips: int | None,
+                    print_overflows: bool, stop_on_nonfinite_loss: bool
+                    ) -> dict[str, Any]:
     """The config entries beyond TF's that are set (`OPTIONAL_KEYS`).
 
     Unset ones are left out, so configs stay equal to TF's.
@@ -81,13 +85,32 @@ def optional_config(name, max_consecutive_skips, print_overflows):
         name: Keras 3's `name`, if one was passed (else None).
         max_consecutive_skips: tf_lso's setting.
         print_overflows: tf_lso's setting.
+        stop_on_nonfinite_loss: tf_lso's setting.
     """
-    config = {} if name is None else {"name": name}
-    if max_consecutive_skips is not None:
-        config["max_consecutive_skips"] = max_consecutive_skips
-    if print_overflows:
-        config["print_overflows"] = True
-    return config
+    values = (name, max_consecutive_skips, print_overflows or None,
+              stop_on_nonfinite_loss or None)
+    return {key: value for key, value in zip(OPTIONAL_KEYS, values)
+            if value is not None}
+
+
+def _tf24_settings(described: settings.OptimizerSettings) -> dict[str, Any]:
+    return dict(zip(TF24_KEYS[1:], (described.dynamic,
+                                    described.initial_scale,
+                                    described.growth_steps)))
+
+
+def tf24_config(inner_config: Any, described: settings.OptimizerSettings,
+                optional: dict[str, Any]) -> dict[str, Any]:
+    """TF 2.4's config: the inner optimizer's, the settings, `optional`."""
+    return {TF24_KEYS[0]: inner_config, **_tf24_settings(described),
+            **optional}
+
+
+def tf23_config(inner_config: Any, loss_scale: loss_scale_lib.LossScale,
+                optional: dict[str, Any]) -> dict[str, Any]:
+    """TF 2.1-2.3's config: the inner optimizer's, the loss scale's."""
+    return {TF23_KEYS[0]: inner_config,
+            TF23_KEYS[1]: serialization.serialize(loss_scale), **optional}
 
 
 class OptimizerConfig(typing.NamedTuple):
@@ -115,16 +138,14 @@ class OptimizerConfig(typing.NamedTuple):
         """
         if self.loss_scale is None:
             return dict(self.tf24_settings)
-        described = self.loss_scale._optimizer_settings()
+        described = settings.describe(self.loss_scale)
         if described is None:
             raise ValueError(
                 "Serialized LossScaleOptimizers with a LossScale that is "
                 "neither a FixedLossScale nor a DynamicLossScale can no "
                 f"longer be deserialized. Got: {self.loss_scale!r}."
             )
-        return {"dynamic": described.dynamic,
-                "initial_scale": described.initial_scale,
-                "dynamic_growth_steps": described.growth_steps}
+        return _tf24_settings(described)
 
     def as_loss_scale(self):
         """TF 2.1-2.3's loss scale, or the one TF 2.4's settings make.
@@ -156,12 +177,13 @@ def read(config, class_name="LossScaleOptimizer", custom_objects=None):
     config = checked_config(config, class_name)
     optional = {k: config[k] for k in OPTIONAL_KEYS if k in config}
     if TF23_KEYS[0] in config:  # TF 2.1-2.3's format.
-        loss_scale = serialization.deserialize(config["loss_scale"],
+        loss_scale = serialization.deserialize(config[TF23_KEYS[1]],
                                                custom_objects)
         settings.check_multiplier(loss_scale, "config")
-        return OptimizerConfig(config["optimizer"], loss_scale, {}, optional)
+        return OptimizerConfig(config[TF23_KEYS[0]], loss_scale, {},
+                               optional)
     return OptimizerConfig(
-        config["inner_optimizer"], None,
+        config[TF24_KEYS[0]], None,
         {k: config[k] for k in TF24_KEYS[1:] if k in config}, optional)
 
 
@@ -172,5 +194,5 @@ def upgrade_legacy_config(config, class_name="LossScaleOptimizer"):
         ValueError: For a TF 2.1-2.3 loss scale with no TF 2.4 settings.
     """
     read_config = read(config, class_name)
-    return {"inner_optimizer": read_config.inner_optimizer,
+    return {TF24_KEYS[0]: read_config.inner_optimizer,
             **read_config.as_tf24_settings(), **read_config.optional}

@@ -7,6 +7,7 @@ identifier for one) instead of the TF 2.4 arguments.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import keras
@@ -18,12 +19,13 @@ from tf_lso._src.optimizer import loss_scale_optimizer as lso_lib
 from tf_lso._src.optimizer import settings as settings_lib
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import serialization
-from tf_lso._src.scaling import validation
 
 
 def _to_loss_scale(loss_scale):
     """The LossScale an experimental optimizer uses for `loss_scale`."""
-    converted = serialization.interpret(loss_scale, _fixed_loss_scale)
+    converted = serialization.interpret(
+        loss_scale, functools.partial(serialization.fixed_loss_scale,
+                                      tf24_arguments=True))
     if converted is None:
         raise ValueError(
             "Invalid value passed to loss_scale. loss_scale must be the string "
@@ -32,14 +34,6 @@ def _to_loss_scale(loss_scale):
         )
     settings_lib.check_multiplier(converted, "argument")
     return converted
-
-
-def _fixed_loss_scale(number):
-    # TF 2.4's optimizer arguments allow any positive scale, below 1 too.
-    if validation.is_number(number):
-        return loss_scale_lib.FixedLossScale._optimizer_scale(number,
-                                                               "loss_scale")
-    return None
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
@@ -112,12 +106,10 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             `FixedLossScale` or a `DynamicLossScale`; otherwise
             `{'optimizer', 'loss_scale'}` as TF 2.1-2.3 wrote it.
         """
-        if self._loss_scale._optimizer_settings() is None:
-            return {
-                "optimizer": self._inner.serialize(),
-                "loss_scale": serialization.serialize(self._loss_scale),
-                **self._optional_config(),
-            }
+        if settings_lib.describe(self._loss_scale) is None:
+            return optimizer_config.tf23_config(
+                self._inner.serialize(), self._loss_scale,
+                self._optional_config())
         return super().get_config()
 
     @classmethod
@@ -140,11 +132,10 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             ValueError: For values the constructor rejects, a missing
                 optimizer, or a DynamicLossScale whose multiplier is not 2.
         """
-        config, own = lso_lib.split_own_config(config)
         config = optimizer_config.read(config, cls.__name__, custom_objects)
         loss_scale = config.as_loss_scale()
         optimizer = inner_lib.deserialize(config.inner_optimizer,
                                           custom_objects)
         # Keywords, so that subclasses forwarding **kwargs round-trip.
         return cls(optimizer=optimizer, loss_scale=loss_scale,
-                   **config.optional, **own)
+                   **config.optional)

@@ -20,7 +20,6 @@ from tf_lso._src.optimizer import checkpointing
 from tf_lso._src.optimizer import config as optimizer_config
 from tf_lso._src.optimizer import settings as settings_lib
 from tf_lso._src.optimizer import training_health
-from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
@@ -98,8 +97,6 @@ class LossScaleOptimizer(
     (-1.0, 8.0)
     """
 
-    _HAS_AGGREGATE_GRAD = True
-
     def __init__(
         self,
         inner_optimizer: Any,
@@ -141,7 +138,8 @@ class LossScaleOptimizer(
         # Not checkpointed: the layout stays TF 2.4's.
         self._overflow = training_health.OverflowRecord(
             max_consecutive_skips, print_overflows, stop_on_nonfinite_loss)
-        self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow)
+        self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow,
+                                          self._seen_losses, self._handed_out)
         self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
         self._start_forwarding(inner)
         inner_lib.claim(inner)
@@ -151,8 +149,8 @@ class LossScaleOptimizer(
     def _settings(self):
         # A custom LossScale (TF 2.1-2.3 allowed them) has no TF 2.4
         # settings: whether it changes is unknown too.
-        return (self._loss_scale._optimizer_settings()
-                or loss_scale_lib.OptimizerSettings(None, None, None, None))
+        return (settings_lib.describe(self._loss_scale)
+                or settings_lib.NO_SETTINGS)
 
     @property
     def dynamic(self) -> bool | None:
@@ -452,8 +450,8 @@ class LossScaleOptimizer(
         grads_and_vars = tuple(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         var_list = [v for _, v in grads_and_vars]
-        step_op = self._apply(grads, var_list, name,
-                              experimental_aggregate_gradients, scaled)
+        step_op = self._step(grads, var_list, name,
+                             experimental_aggregate_gradients, scaled)
         return self.iterations if step_op is None else step_op
 
     def apply(
@@ -477,7 +475,7 @@ class LossScaleOptimizer(
                 )
             trainable_variables = self._trainable_variables
         self._keras_scaled_loss = False
-        self._apply(list(grads), list(trainable_variables), None, True, True)
+        self._step(grads, trainable_variables, None, True, True)
 
     def stateless_apply(
         self, optimizer_variables: Any, grads: Any, trainable_variables: Any
@@ -492,29 +490,6 @@ class LossScaleOptimizer(
             "(as it is incompatible with tf.distribute). Use apply() or "
             "apply_gradients()."
         )
-
-    def _apply(self, grads, var_list, name, aggregate, scaled):
-        replicas.check_replica_context("apply_gradients")
-        replicas.check_strategy_supported()
-        self._inner.check_graph()
-        # Every check comes before the first state change.
-        packing.check_grads_and_vars(grads, var_list)
-        # Variables cannot be created inside the cond below.
-        replicas.create_variables(self._inner.build, var_list)
-        self._inner.check_variables(var_list)
-        # Small gradients travel stacked (see packing.Packed): one op
-        # unscales or checks many of them, and the cond gets few inputs.
-        # The TF 2.x protocol's get_unscaled_gradients packed them already.
-        packed = None if scaled else self._handed_out.take(grads)
-        if packed is not None and any(map(packing.overwrites,
-                                          var_list)):
-            packed = None  # Packed without the variables: see `pack`.
-        if packed is None:
-            packed = packing.pack(grads, var_list)
-            if scaled:
-                packed = packed.unscaled(self._loss_scale())
-        return self._step(packed, var_list, name, aggregate,
-                          self._seen_losses.take())
 
     def minimize(
         self,
@@ -608,22 +583,14 @@ class LossScaleOptimizer(
             tf_lso's own settings if set. The current loss scale and counter
             are state, not config: they live in checkpoints.
         """
-        settings = self._settings()
-        return {
-            "inner_optimizer": self._inner.serialize(),
-            "dynamic": settings.dynamic,
-            "initial_scale": settings.initial_scale,
-            "dynamic_growth_steps": settings.growth_steps,
-            **self._optional_config(),
-        }
+        return optimizer_config.tf24_config(
+            self._inner.serialize(), self._settings(),
+            self._optional_config())
 
     def _optional_config(self):
-        config = optimizer_config.optional_config(
+        return optimizer_config.optional_config(
             self._given_name, self.max_consecutive_skips,
-            self.print_overflows)
-        if self.stop_on_nonfinite_loss:
-            config[STOP_ON_NONFINITE_LOSS] = True
-        return config
+            self.print_overflows, self.stop_on_nonfinite_loss)
 
     @classmethod
     def from_config(
@@ -645,28 +612,10 @@ class LossScaleOptimizer(
             ValueError: For a TF <= 2.3 config whose loss scale has no TF 2.4
                 equivalent.
         """
-        config, own = split_own_config(config)
         config = optimizer_config.upgrade_legacy_config(config, cls.__name__)
         inner_optimizer = inner_lib.deserialize(
             config.pop("inner_optimizer"), custom_objects
         )
         # Keywords, so that a subclass whose __init__ takes **kwargs and
         # forwards them (as Horovod-style wrappers do) round-trips.
-        return cls(inner_optimizer=inner_optimizer, **config, **own)
-
-
-# A config key beyond `config.OPTIONAL_KEYS`, read here (see
-# `split_own_config`).
-STOP_ON_NONFINITE_LOSS = "stop_on_nonfinite_loss"
-
-
-def split_own_config(config):
-    """`config` without `stop_on_nonfinite_loss`, and that entry (a dict).
-
-    `config.read` rejects keys it does not know; this one is set only when
-    True and passed to the constructor as a keyword.
-    """
-    if not isinstance(config, dict) or STOP_ON_NONFINITE_LOSS not in config:
-        return config, {}
-    config = dict(config)
-    return config, {STOP_ON_NONFINITE_LOSS: config.pop(STOP_ON_NONFINITE_LOSS)}
+        return cls(inner_optimizer=inner_optimizer, **config)

@@ -1,14 +1,63 @@
 """TF 2.4's `LossScaleOptimizer` arguments: checks, and the loss scale they make.
 
 `dynamic`, `initial_scale` and `dynamic_growth_steps` describe a
-`FixedLossScale` or a `DynamicLossScale` with multiplier 2; which loss
-scales they can describe is the loss scale's own answer
-(`LossScale._optimizer_settings`). Keras 3's base optimizer keywords are
-checked here too.
+`FixedLossScale` or a `DynamicLossScale` with multiplier 2: `describe` is
+the one place that decides which loss scales they can describe (from the
+loss scale's `rule`). Keras 3's base optimizer keywords are checked here too.
 """
+
+from __future__ import annotations
+
+import typing
+
+import tensorflow as tf
 
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import validation
+
+# The one multiplier TF 2.4's arguments describe (`dynamic=True` doubles
+# and halves the scale).
+TF24_MULTIPLIER = 2.0
+
+
+class OptimizerSettings(typing.NamedTuple):
+    """A loss scale as TF 2.4's optimizer arguments describe it.
+
+    Attributes:
+        dynamic: Whether the scale changes during training.
+        initial_scale: The initial (for a fixed scale: the only) value.
+        growth_steps: Finite steps between increases; None when fixed.
+        counter: The int64 variable counting finite steps; None when fixed.
+
+    A loss scale that these arguments cannot describe has none (`describe`
+    returns None); an optimizer then reports None for all four.
+    """
+
+    dynamic: bool | None
+    initial_scale: float | None
+    growth_steps: int | None
+    counter: tf.Variable | None
+
+
+NO_SETTINGS = OptimizerSettings(None, None, None, None)
+
+
+def describe(loss_scale: loss_scale_lib.LossScale) -> OptimizerSettings | None:
+    """TF 2.4's arguments for `loss_scale`, or None if they cannot say it.
+
+    Only a `FixedLossScale` and a `DynamicLossScale` whose multiplier is 2
+    (`TF24_MULTIPLIER`) have them; a user's subclass has none, even one
+    with a rule.
+    """
+    if isinstance(loss_scale, loss_scale_lib.FixedLossScale):
+        return OptimizerSettings(False, loss_scale.rule.value, None, None)
+    if isinstance(loss_scale, loss_scale_lib.DynamicLossScale):
+        rule = loss_scale.rule
+        if rule.multiplier != TF24_MULTIPLIER:
+            return None
+        return OptimizerSettings(True, rule.initial, rule.period,
+                                 loss_scale.good_steps)
+    return None
 
 # Keras 3's base optimizer arguments, which belong to the inner optimizer,
 # with the values that Keras 3's LossScaleOptimizer still accepts (its
@@ -75,8 +124,8 @@ def check_keras_keywords(kwargs, class_name="LossScaleOptimizer"):
             "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)."
             if "loss_scale" in unknown else
             " Its arguments are inner_optimizer, dynamic, initial_scale, "
-            "dynamic_growth_steps, name, max_consecutive_skips and "
-            "print_overflows."
+            "dynamic_growth_steps, name, max_consecutive_skips, "
+            "print_overflows and stop_on_nonfinite_loss."
         )
         raise ValueError(
             f"{class_name} does not support arguments: "
@@ -116,7 +165,7 @@ def loss_scale_from_settings(dynamic=True, initial_scale=None,
                 else dynamic_growth_steps,
                 "dynamic_growth_steps",
             ),
-            multiplier=2.0,
+            multiplier=TF24_MULTIPLIER,
         )
     if initial_scale is None:
         raise ValueError(
@@ -128,15 +177,15 @@ def loss_scale_from_settings(dynamic=True, initial_scale=None,
             f"False, but got: {dynamic_growth_steps!r}. Pass it only "
             "with dynamic=True."
         )
-    return loss_scale_lib.FixedLossScale._optimizer_scale(initial_scale,
-                                                           "initial_scale")
+    return loss_scale_lib.any_positive_fixed_scale(initial_scale,
+                                                   "initial_scale")
 
 
 def check_multiplier(loss_scale, source):
     """Rejects a DynamicLossScale that TF 2.4's arguments cannot describe.
 
-    Its multiplier is then not 2 (`DynamicLossScale._optimizer_settings`
-    decides); other loss scales pass.
+    Its multiplier is then not 2 (`describe` decides); other loss scales
+    pass.
 
     Args:
         loss_scale: A `LossScale`.
@@ -148,7 +197,7 @@ def check_multiplier(loss_scale, source):
     """
     if (
         not isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
-        or loss_scale._optimizer_settings() is not None
+        or describe(loss_scale) is not None
     ):
         return
     if source == "argument":

@@ -4,12 +4,18 @@ The loss scale classes of TF 2.1-2.8 (`tf.mixed_precision.experimental` and
 `tf.train.experimental`), rebuilt on `tf.Module`. Both concrete classes share
 one interface, `__call__()` and `update(grads)`, so the optimizer never needs
 to know which one it holds.
+
+The built-in classes also state how they change as a `Rule`: a pure function
+`(scale, count, finite) -> (scale, count)`. A loss scale optimizer's step
+(`optimizer/apply_step.py`) checks the gradients itself and applies the rule
+with `advance`; a user's subclass has no rule, and the step calls its
+`update(grads)`, as TF 2.4 did.
 """
 
 from __future__ import annotations
 
 import abc
-import typing
+import dataclasses
 from typing import Any
 
 import tensorflow as tf
@@ -24,24 +30,61 @@ DEFAULT_INITIAL_SCALE = 2**15
 DEFAULT_GROWTH_STEPS = 2000
 
 
-class OptimizerSettings(typing.NamedTuple):
-    """A loss scale as TF 2.4's optimizer arguments describe it.
+class Rule(abc.ABC):
+    """How a built-in loss scale changes after a step: a pure function.
 
-    Attributes:
-        dynamic: Whether the scale changes during training.
-        initial_scale: The initial (for a fixed scale: the only) value.
-        growth_steps: Finite steps between increases; None when fixed.
-        counter: The int64 variable counting finite steps; None when fixed.
-
-    A loss scale that these arguments cannot describe has none (see
-    `LossScale._optimizer_settings`); an optimizer then reports None for all
-    four.
+    `next(scale, count, finite)` is the scale and counter after a step whose
+    gradients were (`finite`) or were not finite. `checks` says whether the
+    verdict matters at all: a fixed scale applies every step, so a step with
+    its rule needs no finite check and no cond.
     """
 
-    dynamic: bool | None
-    initial_scale: float | None
-    growth_steps: int | None
-    counter: tf.Variable | None
+    checks: bool = True
+
+    @abc.abstractmethod
+    def next(self, scale: tf.Tensor, count: tf.Tensor,
+             finite: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The next `(scale, count)`; branch-free, so XLA-friendly."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedRule(Rule):
+    """A fixed scale's rule: nothing changes, and no step is skipped."""
+
+    value: float
+    checks: bool = False
+
+    def next(self, scale, count, finite):
+        del finite
+        return scale, count
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicRule(Rule):
+    """`DynamicLossScale`'s rule (see its docstring).
+
+    Attributes:
+        initial: The initial scale, where a damaged scale restarts (under
+            XLA, which drops `advance`'s assertion).
+        period: Consecutive finite steps before the scale grows.
+        multiplier: The growth and back-off factor.
+    """
+
+    initial: float
+    period: int
+    multiplier: float
+
+    def next(self, scale, count, finite):
+        should_grow = count + 1 >= self.period
+        grown = scale * self.multiplier
+        grow = tf.logical_and(should_grow, tf.math.is_finite(grown))
+        finite_scale = tf.where(grow, grown, scale)
+        finite_count = tf.where(should_grow, tf.zeros_like(count), count + 1)
+        backed_off = tf.where(usable(scale),
+                              tf.maximum(scale / self.multiplier, 1.0),
+                              self.initial)
+        return (tf.where(finite, finite_scale, backed_off),
+                tf.where(finite, finite_count, tf.zeros_like(count)))
 
 
 class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
@@ -86,43 +129,15 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
     def get_config(self) -> dict[str, Any]:
         """Returns the constructor arguments of this loss scale as a dict."""
 
-    def _update_packed(self, packed):
-        """`update` for gradients the optimizer packed (`packing.Packed`).
+    @property
+    def rule(self) -> Rule | None:
+        """How this loss scale changes, as a pure `Rule`; None if unknown.
 
-        A user's subclass sees the gradients as they are; tf_lso's own loss
-        scales only ask whether they are finite, which the packed values
-        answer with fewer ops.
-
-        Args:
-            packed: The gradients.
+        A loss scale optimizer applies a rule itself (one finite check of
+        the gradients it packed, see `advance`). A subclass that returns
+        None (the default) is asked through `update(grads)` instead.
         """
-        return self.update(packed.unpack())
-
-    def _update_window(self, packed, window_end, overflowed):
-        """`update` for one call of a gradient accumulation window.
-
-        The state changes at most once a window: it backs off at the
-        window's first non-finite call, and counts a good step at the end
-        of a window that had none.
-
-        Args:
-            packed: The window's sums so far, this call's gradients included.
-            window_end: A bool tensor: whether this call ends the window.
-            overflowed: The bool variable that says whether an earlier call
-                of this window was not finite.
-
-        Returns:
-            `(update_op, should_apply, first_overflow)`: whether this call
-            accumulates (or applies) its gradients, and whether it is the
-            window's first non-finite call (the one that counts the skip).
-        """
-        del packed, window_end, overflowed
-        raise NotImplementedError(
-            "Gradient accumulation (`gradient_accumulation_steps` on the "
-            "inner optimizer) needs a FixedLossScale or DynamicLossScale. "
-            f"Received: loss_scale={self!r}. Accumulate gradients "
-            "yourself, or use one of those two classes."
-        )
+        return None
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> LossScale:
@@ -135,15 +150,6 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
             A new loss scale of this class.
         """
         return cls(**config)
-
-    def _optimizer_settings(self):
-        """What an optimizer reports about this loss scale.
-
-        Returns an `OptimizerSettings` for the optimizer properties of the
-        same names, or None when this loss scale cannot be described with the
-        TF 2.4 optimizer arguments.
-        """
-        return None
 
     def _value(self):
         return self()
@@ -184,26 +190,6 @@ class FixedLossScale(LossScale):
         super().__init__()
         self._loss_scale_value = float(loss_scale_value)
 
-    @classmethod
-    def _optimizer_scale(cls, value, name):
-        """A fixed scale as TF 2.4's optimizer arguments allow it.
-
-        Any positive value that is finite as a float32, below 1 too (the
-        public constructor requires at least 1, as TF's class did).
-
-        Args:
-            value: The number the user passed.
-            name: The argument it came from, for messages.
-
-        Raises:
-            TypeError: If `value` is not a number.
-            ValueError: If its float32 value is not positive and finite.
-        """
-        instance = cls.__new__(cls)
-        LossScale.__init__(instance)
-        instance._loss_scale_value = validation.scale(value, name)
-        return instance
-
     def __call__(self):
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
@@ -220,20 +206,14 @@ class FixedLossScale(LossScale):
         del grads
         return tf.no_op() if not tf.executing_eagerly() else None, True
 
-    def _update_packed(self, packed):
-        return self.update(packed.values)
-
-    def _update_window(self, packed, window_end, overflowed):
-        del window_end, overflowed  # A fixed scale never skips (TF 2.4).
-        update_op, should_apply = self.update(packed.values)
-        return update_op, should_apply, False
+    @property
+    def rule(self) -> FixedRule:
+        """A `FixedRule`: no check, nothing changes."""
+        return FixedRule(self._loss_scale_value)
 
     def get_config(self) -> dict[str, Any]:
         """Returns `{'loss_scale_value': <float>}`."""
         return {"loss_scale_value": self._loss_scale_value}
-
-    def _optimizer_settings(self):
-        return OptimizerSettings(False, self._loss_scale_value, None, None)
 
     def __repr__(self):
         return f"FixedLossScale({self._loss_scale_value})"
@@ -307,6 +287,13 @@ class DynamicLossScale(LossScale):
         return self._multiplier
 
     @property
+    def rule(self) -> DynamicRule:
+        """The `DynamicRule` of these settings."""
+        return DynamicRule(self._initial_loss_scale, self._increment_period,
+                           self._multiplier)
+
+    # TF's class had these private names, which TF 2.x code and tests read.
+    @property
     def _current_loss_scale(self):
         return self.current_loss_scale
 
@@ -336,95 +323,8 @@ class DynamicLossScale(LossScale):
         # TF 2.4's `should_apply` reads no variable (in a tf.compat.v1 graph
         # it runs before the variables are initialized). The check of the
         # scale itself is part of the update op.
-        update_op, _ = self._update_state(is_finite)
+        update_op, _ = advance(self, is_finite)
         return update_op, is_finite
-
-    def _update_packed(self, packed):
-        return self._update_state(replicas.all_finite(packed))
-
-    def _update_window(self, packed, window_end, overflowed):
-        overflowed = tf.convert_to_tensor(overflowed)
-        # A damaged scale counts as an overflow (see `_update_state`).
-        is_finite = tf.logical_and(
-            replicas.all_finite(packed),
-            _usable(tf.convert_to_tensor(self.current_loss_scale)))
-        should_apply = tf.logical_and(is_finite, tf.logical_not(overflowed))
-        first_overflow = tf.logical_not(tf.logical_or(is_finite, overflowed))
-        update_op, should_apply = self._update_state(
-            should_apply,
-            tf.logical_or(first_overflow,
-                          tf.logical_and(window_end, should_apply)))
-        return update_op, should_apply, first_overflow
-
-    def _update_state(self, is_finite, active=None):
-        """Assigns the next scale and counter; branch-free, so XLA-friendly.
-
-        Args:
-            is_finite: A bool scalar tensor: this step's verdict.
-            active: None, or a bool scalar tensor: where False, nothing
-                changes (gradient accumulation: see `_update_window`).
-
-        Returns:
-            `(update_op, is_finite)`, as `update` does.
-        """
-        scale = tf.convert_to_tensor(self.current_loss_scale)
-        count = tf.convert_to_tensor(self.good_steps)
-        # A scale this class computes is always positive and finite, but a
-        # restored or assigned one may not be (a corrupt checkpoint): NaN or
-        # inf would skip every step, silently and forever; 0 and negative
-        # values are no loss scales either. Checked before any state changes.
-        usable = _usable(scale)
-        scale_ok = usable
-        if active is not None:
-            scale_ok = tf.logical_or(scale_ok, tf.logical_not(active))
-        if tf.executing_eagerly():
-            if not bool(scale_ok):
-                raise ValueError(_corrupt_scale_message(float(scale)))
-        else:
-            check = tf.debugging.Assert(
-                scale_ok, [_corrupt_scale_message("<shown below>"), scale]
-            )
-            # Every state change and the apply/skip decision wait for it.
-            with tf.control_dependencies([check]):
-                scale, count, is_finite = (
-                    tf.identity(scale), tf.identity(count),
-                    tf.identity(is_finite),
-                )
-            # XLA drops the assertion: there the step is skipped and the
-            # scale restarts from its initial value (`_update_if_not_finite`).
-            is_finite = tf.logical_and(is_finite, usable)
-        finite_scale, finite_count = self._update_if_finite(scale, count)
-        new_scale = tf.where(
-            is_finite, finite_scale, self._update_if_not_finite(scale)
-        )
-        new_count = tf.where(is_finite, finite_count, tf.zeros_like(count))
-        if active is not None:  # Only at the end of an accumulation window.
-            new_scale = tf.where(active, new_scale, scale)
-            new_count = tf.where(active, new_count, count)
-        ops = [
-            self.current_loss_scale.assign(new_scale, read_value=False),
-            self.good_steps.assign(new_count, read_value=False),
-        ]
-        if tf.executing_eagerly():
-            return None, is_finite
-        # A Tensor, as TF's update op was, so `tf.identity(update_op)` works
-        # in tf.compat.v1 graphs: the new scale, read after both writes.
-        with tf.control_dependencies(ops):
-            return tf.identity(new_scale), is_finite
-
-    def _update_if_finite(self, scale, count):
-        should_grow = count + 1 >= self._increment_period
-        grown = scale * self._multiplier
-        grow = tf.logical_and(should_grow, tf.math.is_finite(grown))
-        new_scale = tf.where(grow, grown, scale)
-        new_count = tf.where(should_grow, tf.zeros_like(count), count + 1)
-        return new_scale, new_count
-
-    def _update_if_not_finite(self, scale):
-        backed_off = tf.maximum(scale / self._multiplier, 1.0)
-        # An unusable scale reaches this only under XLA, which drops the
-        # assertion in `_update_state`: it restarts from the initial value.
-        return tf.where(_usable(scale), backed_off, self._initial_loss_scale)
 
     def get_config(self) -> dict[str, Any]:
         """Returns the constructor arguments; the current state is not config.
@@ -437,12 +337,6 @@ class DynamicLossScale(LossScale):
             "increment_period": self._increment_period,
             "multiplier": self._multiplier,
         }
-
-    def _optimizer_settings(self):
-        if self._multiplier != 2:
-            return None
-        return OptimizerSettings(True, self._initial_loss_scale,
-                                 self._increment_period, self.good_steps)
 
     def __repr__(self):
         config = (
@@ -470,9 +364,92 @@ tf.compat.v1.mixed_precision.FixedLossScale.register(FixedLossScale)
 tf.compat.v1.mixed_precision.DynamicLossScale.register(DynamicLossScale)
 
 
-def _usable(scale):
+def usable(scale: tf.Tensor) -> tf.Tensor:
     """Whether `scale` (a float tensor) is positive and finite."""
     return tf.logical_and(tf.math.is_finite(scale), scale > 0)
+
+
+def advance(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
+            active: tf.Tensor | None = None
+            ) -> tuple[tf.Tensor | None, tf.Tensor]:
+    """Assigns the scale and counter its `rule` gives after a step.
+
+    Args:
+        loss_scale: A `DynamicLossScale` (a loss scale with state).
+        is_finite: A bool scalar tensor: this step's verdict.
+        active: None, or a bool scalar tensor: where False, nothing changes
+            (gradient accumulation: only a window's first non-finite call
+            and the end of a window that applies change the state).
+
+    Returns:
+        `(update_op, is_finite)`, as `LossScale.update` does: `update_op`
+        is None in eager mode, and `is_finite` is False as well when the
+        scale itself is unusable.
+
+    Raises:
+        ValueError: In eager mode, if the current scale is not positive and
+            finite (a corrupt checkpoint); in a graph, an assertion does.
+    """
+    scale = tf.convert_to_tensor(loss_scale.current_loss_scale)
+    count = tf.convert_to_tensor(loss_scale.good_steps)
+    # A scale the rule computes is always positive and finite, but a
+    # restored or assigned one may not be (a corrupt checkpoint): NaN or
+    # inf would skip every step, silently and forever; 0 and negative
+    # values are no loss scales either. Checked before any state changes.
+    scale_usable = usable(scale)
+    scale_ok = scale_usable
+    if active is not None:
+        scale_ok = tf.logical_or(scale_ok, tf.logical_not(active))
+    if tf.executing_eagerly():
+        if not bool(scale_ok):
+            raise ValueError(_corrupt_scale_message(float(scale)))
+    else:
+        check = tf.debugging.Assert(
+            scale_ok, [_corrupt_scale_message("<shown below>"), scale]
+        )
+        # Every state change and the apply/skip decision wait for it.
+        with tf.control_dependencies([check]):
+            scale, count, is_finite = (
+                tf.identity(scale), tf.identity(count),
+                tf.identity(is_finite),
+            )
+        # XLA drops the assertion: there the step is skipped and the scale
+        # restarts from its initial value (`DynamicRule.next`).
+        is_finite = tf.logical_and(is_finite, scale_usable)
+    new_scale, new_count = loss_scale.rule.next(scale, count, is_finite)
+    if active is not None:
+        new_scale = tf.where(active, new_scale, scale)
+        new_count = tf.where(active, new_count, count)
+    ops = [
+        loss_scale.current_loss_scale.assign(new_scale, read_value=False),
+        loss_scale.good_steps.assign(new_count, read_value=False),
+    ]
+    if tf.executing_eagerly():
+        return None, is_finite
+    # A Tensor, as TF's update op was, so `tf.identity(update_op)` works
+    # in tf.compat.v1 graphs: the new scale, read after both writes.
+    with tf.control_dependencies(ops):
+        return tf.identity(new_scale), is_finite
+
+
+def any_positive_fixed_scale(value: Any, name: str) -> FixedLossScale:
+    """A fixed scale as TF 2.4's optimizer arguments allow it.
+
+    Any positive value that is finite as a float32, below 1 too (the public
+    constructor requires at least 1, as TF's class did).
+
+    Args:
+        value: The number the user passed.
+        name: The argument it came from, for messages.
+
+    Raises:
+        TypeError: If `value` is not a number.
+        ValueError: If its float32 value is not positive and finite.
+    """
+    instance = FixedLossScale.__new__(FixedLossScale)
+    LossScale.__init__(instance)
+    instance._loss_scale_value = validation.scale(value, name)
+    return instance
 
 
 def _corrupt_scale_message(value):

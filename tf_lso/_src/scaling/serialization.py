@@ -109,7 +109,7 @@ def get(identifier: Any) -> loss_scale_lib.LossScale | None:
     """
     if identifier is None:
         return None
-    loss_scale = interpret(identifier, _fixed_loss_scale)
+    loss_scale = interpret(identifier, fixed_loss_scale)
     if loss_scale is None:
         raise ValueError(
             f"Could not interpret loss scale identifier: {identifier!r}. Pass "
@@ -118,7 +118,29 @@ def get(identifier: Any) -> loss_scale_lib.LossScale | None:
     return loss_scale
 
 
-def _fixed_loss_scale(number):
+def fixed_loss_scale(
+    number: Any, tf24_arguments: bool = False
+) -> loss_scale_lib.FixedLossScale | None:
+    """The fixed loss scale a number stands for; None if it is no number.
+
+    The one place that says which numbers are fixed loss scales. For TF's
+    loss scale API (`get`, `FixedLossScale`), a Python int or float of at
+    least 1; for TF 2.4's optimizer arguments and the TF 2.1-2.3 optimizer's
+    `loss_scale`, any positive number that is finite as a float32, below 1
+    too (TF accepted both, each its own way).
+
+    Args:
+        number: The value to interpret.
+        tf24_arguments: Whether the optimizer's rule applies.
+
+    Raises:
+        TypeError, ValueError: For a number out of range.
+    """
+    if tf24_arguments:
+        if validation.is_number(number):
+            return loss_scale_lib.any_positive_fixed_scale(number,
+                                                           "loss_scale")
+        return None
     if validation.is_python_number(number):
         return loss_scale_lib.FixedLossScale(number)
     return None
@@ -177,7 +199,7 @@ def from_tensorflow_loss_scale(value: Any) -> loss_scale_lib.LossScale:
         TypeError: For any other TF loss scale class.
     """
     if isinstance(value, tf.compat.v1.mixed_precision.FixedLossScale):
-        return loss_scale_lib.FixedLossScale._optimizer_scale(
+        return loss_scale_lib.any_positive_fixed_scale(
             float(value()), "loss_scale_value")
     if isinstance(value, tf.compat.v1.mixed_precision.DynamicLossScale):
         converted = loss_scale_lib.DynamicLossScale(
