@@ -11,6 +11,7 @@ from absl.testing import parameterized
 import tf_lso
 from tf_lso._src.gradients import packing as gradients_lib
 
+import inner_kinds
 import test_util
 
 NAN = float("nan")
@@ -872,18 +873,14 @@ class HugeScaleTest(tf.test.TestCase, parameterized.TestCase):
 
 
 def _inner_of_kind(kind):
-    if kind == "keras":
-        return keras.optimizers.SGD(1.0)
-    if kind == "tf_keras":
-        return test_util.tf_keras.optimizers.SGD(1.0)
-    return test_util.tf_keras.optimizers.legacy.SGD(1.0)
+    return inner_kinds.sgd(kind, 1.0)
 
 
 class InvalidApplyTest(tf.test.TestCase, parameterized.TestCase):
     """A failing apply_gradients leaves the loss scale and counters alone."""
 
     @parameterized.product(
-        kind=["keras", "tf_keras", "tf_keras_legacy"],
+        kind=inner_kinds.NAMES,
         case=["empty", "only_none", "tensor", "shape", "sparse_shape",
               "unowned"],
         use_tf_function=[False, True],
@@ -1386,7 +1383,8 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(
         (f"{kind}_{mode}", kind, mode == "tf_function")
-        for kind in ("legacy", "tf_keras") for mode in ("eager", "tf_function")
+        for kind in inner_kinds.names("tf_keras_legacy", "tf_keras")
+        for mode in ("eager", "tf_function")
     )
     def test_never_applies_what_the_aggregation_made_non_finite(
         self, kind, use_tf_function
@@ -1400,7 +1398,7 @@ class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
             return [(tf.cast(tf.cast(g, tf.float16) * 4.0, g.dtype), v)
                     for g, v in grads_and_vars]
 
-        if kind == "legacy":
+        if kind == "tf_keras_legacy":
             def make_inner():
                 return tf_keras.optimizers.legacy.SGD(
                     1.0, gradient_aggregator=to_float16_times_4)
@@ -1563,13 +1561,13 @@ class GraphModeTest(tf.test.TestCase, parameterized.TestCase):
                     session.run(train_op)
                 self.assertEqual(session.run(var), 1.0)
 
-    @parameterized.named_parameters(("keras3", "keras"), ("tf_keras", "tf_keras"))
+    @parameterized.named_parameters(
+        (kind.name, kind.name) for kind in inner_kinds.KINDS
+        if not kind.kind.runs_in_v1_graph)
     def test_other_inner_optimizers_are_a_runtime_error(self, kind):
         with tf.Graph().as_default():
             var = tf.Variable(1.0)
-            sgd = (keras.optimizers.SGD if kind == "keras"
-                   else test_util.tf_keras.optimizers.SGD)
-            opt = tf_lso.LossScaleOptimizer(sgd(1.0))
+            opt = tf_lso.LossScaleOptimizer(inner_kinds.sgd(kind, 1.0))
             with self.assertRaisesRegex(
                 RuntimeError,
                 r"In a tf.compat.v1 graph .* must be a tf_keras legacy "

@@ -37,10 +37,11 @@ from absl.testing import parameterized
 
 import tf_lso
 
+import inner_kinds
 import test_util
 
 INF, NAN = float("inf"), float("nan")
-KINDS = ("keras", "tf_keras", "legacy")
+KINDS = inner_kinds.NAMES
 MIGRATION = pathlib.Path(__file__).parents[1] / "docs" / "migration.md"
 _DELIBERATE = []
 
@@ -52,12 +53,7 @@ def _deliberate(row):
         strict=True, reason=f"docs/migration.md, row {row!r}")
 
 
-def _sgd(kind, *args, **kwargs):
-    if kind == "keras":
-        return keras.optimizers.SGD(*args, **kwargs)
-    if kind == "tf_keras":
-        return test_util.tf_keras.optimizers.SGD(*args, **kwargs)
-    return test_util.tf_keras.optimizers.legacy.SGD(*args, **kwargs)
+_sgd = inner_kinds.sgd
 
 
 def _kinds_and_modes():
@@ -655,7 +651,7 @@ class TfKerasLossScaleOptimizerTest(tf.test.TestCase,
         self.assertAllEqual(test_util.local_values(strategy, var)[0],
                             [-2.0, -1.0])
         self.assertEqual(float(opt.loss_scale), 8.0)
-        if kind == "legacy":
+        if kind == "tf_keras_legacy":
             self.assertEqual(opt.get_slot_names(), ["momentum"])
 
     @_kinds()
@@ -804,15 +800,13 @@ class TfKerasLossScaleOptimizerTest(tf.test.TestCase,
         minimize(opt, var)
         self.assertAllEqual(var, [-1.0])  # The momentum was restored.
         self.assertEqual(test_util.num(opt.iterations), 2)
-        if kind != "legacy":  # OptimizerV2 does not track attributes.
+        if kind != "tf_keras_legacy":  # OptimizerV2 does not track attributes.
             self.assertEqual(float(inner.my_var), 1.0)
 
     @parameterized.named_parameters(
-        ("fixed_legacy", "legacy", False), ("fixed_tf_keras", "tf_keras", False),
-        ("fixed_keras", "keras", False), ("dynamic_legacy", "legacy", True),
-        ("dynamic_tf_keras", "tf_keras", True),
-        ("dynamic_keras", "keras", True),
-        ("fixed_tf2_3", "tf2_3", False), ("dynamic_tf2_3", "tf2_3", True),
+        [(f"{scale}_{kind}", kind, scale == "dynamic")
+         for scale in ("fixed", "dynamic") for kind in KINDS]
+        + [("fixed_tf2_3", "tf2_3", False), ("dynamic_tf2_3", "tf2_3", True)]
     )
     def test_get_config(self, kind, dynamic):
         settings = ({"initial_scale": 2, "dynamic_growth_steps": 3} if dynamic

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tf_lso._src.inner import inner_optimizer
+
 
 class _CallableList(list):
     """A list that can also be called, for both `opt.variables` spellings."""
@@ -27,44 +29,58 @@ class _CallableList(list):
         return list(self)
 
 
-def _forwarded(name):
+def _set_on_inner(wrapper: Any, name: str, value: Any) -> None:
+    # Keras's base constructor assigns its own defaults (clipnorm=None,
+    # ...) before the inner optimizer is set; those must not reach it.
+    if _is_wrapping(wrapper):
+        setattr(wrapper.inner_optimizer, name, value)
+
+
+def _forwarded(name: str) -> property:
     """A property that reads and writes `name` on the inner optimizer."""
 
-    def fget(self):
+    def fget(self: Any) -> Any:
         return getattr(self.inner_optimizer, name)
 
-    def fset(self, value):
-        # Keras's base constructor assigns its own defaults (clipnorm=None,
-        # ...) before the inner optimizer is set; those must not reach it.
-        if _is_wrapping(self):
-            setattr(self.inner_optimizer, name, value)
+    def fset(self: Any, value: Any) -> None:
+        _set_on_inner(self, name, value)
 
     return property(fget, fset, doc=f"The inner optimizer's `{name}`.")
 
 
-def _is_wrapping(wrapper):
+def _is_wrapping(wrapper: Any) -> bool:
     return "_inner" in wrapper.__dict__
+
+
+def start_forwarding(wrapper: InnerOptimizerForwarding,
+                     inner: inner_optimizer.InnerOptimizer) -> None:
+    """Makes `wrapper` wrap `inner`: from now on its attributes read through.
+
+    Called by the subclass once Keras's constructor has run. Builds
+    `_forwarded_names` from `inner`, then sets `_inner`, last (Keras's
+    constructor assigns defaults before, which must not reach the inner
+    optimizer).
+    """
+    wrapper.__dict__["_forwarded_names"] = frozenset(
+        name for name in inner.hyperparameter_names()
+        if not name.startswith("_"))
+    wrapper._inner = inner
 
 
 class InnerOptimizerForwarding:
     """A Keras optimizer whose optimizer state is another optimizer's.
 
-    Subclasses call `_start_forwarding` with an
+    Subclasses call `start_forwarding(self, inner)` with an
     `inner_optimizer.InnerOptimizer` after Keras's constructor has run;
     forwarding starts then.
     """
 
-    def _start_forwarding(self, inner) -> None:
-        """Wraps `inner`: from now on its attributes are read through.
+    #: The `InnerOptimizer`, set by `start_forwarding`.
+    _inner: inner_optimizer.InnerOptimizer
 
-        Builds `_forwarded_names` from `inner`, then sets `_inner`, last (Keras's
-        constructor assigns defaults before, which must not reach the inner
-        optimizer).
-        """
-        self.__dict__["_forwarded_names"] = frozenset(
-            name for name in inner.hyperparameter_names()
-            if not name.startswith("_"))
-        self._inner = inner
+    def _start_forwarding(self, inner: inner_optimizer.InnerOptimizer) -> None:
+        """`start_forwarding(self, inner)` (kept until its caller moves)."""
+        start_forwarding(self, inner)
 
     #: The inner optimizer's attributes that read and write through (its
     #: hyperparameters), fixed when it is wrapped.
@@ -92,7 +108,9 @@ class InnerOptimizerForwarding:
         """
         return self._inner.learning_rate()
 
-    learning_rate = learning_rate.setter(_forwarded("learning_rate").fset)
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        _set_on_inner(self, "learning_rate", value)
     clipnorm = _forwarded("clipnorm")
     clipvalue = _forwarded("clipvalue")
     global_clipnorm = _forwarded("global_clipnorm")

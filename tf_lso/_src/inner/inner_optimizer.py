@@ -433,9 +433,10 @@ def _most_specific(candidates: list[type[InnerOptimizer]],
     best = [kind for kind in candidates if not any(
         kind in _more_general(other) for other in candidates)]
     if len(best) > 1:
-        names = _or([kind.__name__ for kind in best])
+        *others, last = sorted(kind.__name__ for kind in best)
         raise TypeError(
-            f"The inner optimizer kinds {names} all take {what}, and none "
+            f"The inner optimizer kinds {', '.join(others)} and {last} all "
+            f"take {what}, and none "
             "is more specific than the others. Set `more_specific_than` on "
             "the kind that should win (its accepts/reads_config must then "
             "be narrower than theirs), or make them take different ones."
@@ -470,13 +471,13 @@ def describe_kinds() -> str:
     return _or([kind.description or kind.__name__ for kind in _kinds])
 
 
-def is_supported(optimizer) -> bool:
+def is_supported(optimizer: typing.Any) -> bool:
     """Whether `optimizer` is of a kind a loss scale optimizer can wrap."""
     return (not is_loss_scale_optimizer(optimizer)
             and kind_of(optimizer) is not None)
 
 
-def is_loss_scale_optimizer(optimizer) -> bool:
+def is_loss_scale_optimizer(optimizer: typing.Any) -> bool:
     """Whether `optimizer` is a Keras 3 or tf_keras loss scale optimizer."""
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return True
@@ -487,10 +488,10 @@ def is_loss_scale_optimizer(optimizer) -> bool:
 
 
 # The optimizers that a loss scale optimizer wraps (see `claim`).
-_claimed = weakref.WeakSet()
+_claimed: weakref.WeakSet[typing.Any] = weakref.WeakSet()
 
 
-def wrap(optimizer, argument_name: str) -> InnerOptimizer:
+def wrap(optimizer: typing.Any, argument_name: str) -> InnerOptimizer:
     """Returns the `InnerOptimizer` for `optimizer`, or raises.
 
     Args:
@@ -542,7 +543,7 @@ def wrap(optimizer, argument_name: str) -> InnerOptimizer:
 
 # Called with every new `InnerOptimizer`: the layers above learn which kinds
 # are in use without this layer importing them (see `on_wrap`).
-_wrap_listeners = []
+_wrap_listeners: list[typing.Callable[[InnerOptimizer], None]] = []
 
 
 def on_wrap(listener: typing.Callable[[InnerOptimizer], None]) -> None:

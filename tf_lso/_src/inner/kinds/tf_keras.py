@@ -45,7 +45,9 @@ class TfKerasKind(inner_optimizer.InnerOptimizer):
                 config, custom_objects))
 
     def serialize(self) -> dict:
-        return compat.tf_keras_module().optimizers.serialize(self.optimizer)
+        tf_keras = compat.tf_keras_module()
+        assert tf_keras is not None  # The optimizer is a tf_keras one.
+        return tf_keras.optimizers.serialize(self.optimizer)
 
 
 def _with_keras_custom_objects(config: dict,
