@@ -6,11 +6,22 @@ was written against. `tests/compat_test.py` fails when a new release moves one
 of them.
 """
 
+from __future__ import annotations
+
 import contextlib
 import inspect
 import re
 import sys
 import threading
+import types
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from typing import Any
+
+if TYPE_CHECKING:  # Annotations only: importing this module needs no TF.
+    import tensorflow as tf
 
 MIN_TENSORFLOW = (2, 16)
 MIN_KERAS = (3, 8)
@@ -27,7 +38,7 @@ _INSTALL_HINT = (
 )
 
 
-def _version_tuple(version):
+def _version_tuple(version: str) -> tuple[int, ...]:
     parts = []
     for piece in version.split(".")[:2]:
         digits = "".join(ch for ch in piece if ch.isdigit())
@@ -35,7 +46,7 @@ def _version_tuple(version):
     return tuple(parts)
 
 
-def require_tensorflow():
+def require_tensorflow() -> None:
     """Raises an ImportError naming what to install if TF/Keras are unusable."""
     try:
         import tensorflow as tf
@@ -66,7 +77,7 @@ def require_tensorflow():
         )
 
 
-def is_variable(value):
+def is_variable(value: object) -> bool:
     """Whether `value` is a TensorFlow or Keras variable (anything assignable).
 
     `tf.Variable` (tf_keras, plain TensorFlow) and `keras.Variable` (Keras 3)
@@ -75,7 +86,7 @@ def is_variable(value):
     return callable(getattr(value, "assign", None))
 
 
-def in_xla_context():
+def in_xla_context() -> bool:
     """Whether the graph being built is compiled by XLA (`jit_compile=True`).
 
     Private: `tensorflow.python.ops.control_flow_util.
@@ -92,7 +103,7 @@ def in_xla_context():
     )
 
 
-def tf_keras_module():
+def tf_keras_module() -> types.ModuleType | None:
     """Returns the `tf_keras` module if it is already imported, else None.
 
     tf_keras is optional. An object can only be a tf_keras optimizer if the
@@ -101,7 +112,8 @@ def tf_keras_module():
     return sys.modules.get("tf_keras")
 
 
-def legacy_create_all_weights(optimizer, var_list):
+def legacy_create_all_weights(optimizer: Any,
+                              var_list: Iterable[tf.Variable]) -> None:
     """Creates all slots and hyperparameters of a tf_keras legacy optimizer.
 
     Private hook: `tf_keras.optimizers.legacy.Optimizer._create_all_weights`
@@ -117,7 +129,9 @@ def legacy_create_all_weights(optimizer, var_list):
         optimizer._create_all_weights(var_list)
 
 
-def legacy_aggregate_gradients(optimizer, grads_and_vars):
+def legacy_aggregate_gradients(
+    optimizer: Any, grads_and_vars: Iterable[tuple[Any, tf.Variable]],
+) -> list[tuple[Any, tf.Variable]]:
     """Sums gradients over replicas as a tf_keras legacy optimizer does.
 
     Private hook: `tf_keras.optimizers.legacy.Optimizer.
@@ -131,7 +145,7 @@ def legacy_aggregate_gradients(optimizer, grads_and_vars):
     return optimizer._aggregate_gradients(grads_and_vars)
 
 
-def legacy_hyperparameter_names(optimizer):
+def legacy_hyperparameter_names(optimizer: Any) -> frozenset[str]:
     """The hyperparameter names of a tf_keras legacy optimizer.
 
     Private hook: the keys of `tf_keras.optimizers.legacy.Optimizer._hyper`
@@ -141,7 +155,7 @@ def legacy_hyperparameter_names(optimizer):
     return frozenset(optimizer._hyper)
 
 
-def tf_dynamic_loss_scale_counter(loss_scale):
+def tf_dynamic_loss_scale_counter(loss_scale: Any) -> tf.Variable:
     """The good-steps counter of TF's deprecated `DynamicLossScale`.
 
     Private hook: `_num_good_steps` of
@@ -151,7 +165,7 @@ def tf_dynamic_loss_scale_counter(loss_scale):
     return loss_scale._num_good_steps
 
 
-def init_dtype_policy_without_dtypes(policy, name):
+def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
     """Sets up a Keras 3 `DTypePolicy` with no dtypes (TF 2.x's `'_infer'`).
 
     Private hook: the `_name`, `_compute_dtype`, `_variable_dtype` and
@@ -173,7 +187,7 @@ def init_dtype_policy_without_dtypes(policy, name):
 # TensorFlow's checkpointing calls them on the object itself.
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     """`Trackable`: TensorFlow's base of checkpointable objects.
 
     `tf.__internal__.tracking.Trackable` (TF 2.16-2.21), looked up when first
@@ -187,12 +201,13 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def trackable_children(obj, save_type, **kwargs):
+def trackable_children(obj: Any, save_type: str,
+                       **kwargs: Any) -> dict[str, Any]:
     """`obj._trackable_children(...)`: what a checkpoint saves under obj."""
     return obj._trackable_children(save_type, **kwargs)
 
 
-def is_saved_model(save_type):
+def is_saved_model(save_type: str) -> bool:
     """Whether `_trackable_children` was asked for a SavedModel.
 
     TF 2.16-2.21: `save_type` is `trackable.constants.SaveType`, a str enum
@@ -201,17 +216,18 @@ def is_saved_model(save_type):
     return save_type == "savedmodel"
 
 
-def lookup_dependency(obj, name):
+def lookup_dependency(obj: Any, name: str) -> Any:
     """`obj._lookup_dependency(name)`: the child `name` of obj, or None."""
     return obj._lookup_dependency(name)
 
 
-def deferred_dependencies(obj):
+def deferred_dependencies(obj: Any) -> dict[str, list[Any]]:
     """`obj._deferred_dependencies`: restores waiting for a child to exist."""
     return obj._deferred_dependencies
 
 
-def create_or_restore_slot(optimizer, position, slot_name, variable, **kw):
+def create_or_restore_slot(optimizer: Any, position: Any, slot_name: str,
+                           variable: tf.Variable, **kw: Any) -> Any:
     """OptimizerV2's `_create_or_restore_slot_variable` (tf_keras legacy)."""
     return optimizer._create_or_restore_slot_variable(
         slot_variable_position=position,
@@ -221,7 +237,7 @@ def create_or_restore_slot(optimizer, position, slot_name, variable, **kw):
     )
 
 
-def restore_position(position, trackable):
+def restore_position(position: Any, trackable: Any) -> None:
     """Restores a checkpoint position (from a deferred slot) into trackable."""
     position.restore(trackable)
 
@@ -230,12 +246,13 @@ def restore_position(position, trackable):
 VARIABLE_VALUE = "VARIABLE_VALUE"
 
 
-def keras_trainable_variables(optimizer):
+def keras_trainable_variables(optimizer: Any) -> list[Any]:
     """The variables a built Keras 3 optimizer updates (Keras 3.8-3.15)."""
     return optimizer._trainable_variables
 
 
-def keras_check_variables_are_known(optimizer, var_list):
+def keras_check_variables_are_known(optimizer: Any,
+                                    var_list: Iterable[Any]) -> None:
     """Raises Keras 3's ValueError for variables a built optimizer lacks.
 
     Private hook: `BaseOptimizer._check_variables_are_known` (Keras 3.8 to
@@ -245,7 +262,8 @@ def keras_check_variables_are_known(optimizer, var_list):
     optimizer._check_variables_are_known(var_list)
 
 
-def tf_keras_check_variables_are_known(optimizer, var_list):
+def tf_keras_check_variables_are_known(
+        optimizer: Any, var_list: Iterable[tf.Variable]) -> None:
     """Raises tf_keras's KeyError for variables a built optimizer lacks.
 
     Private: tf_keras 2.16 to 2.21 `Optimizer._var_key` and `_index_dict`,
@@ -264,7 +282,7 @@ def tf_keras_check_variables_are_known(optimizer, var_list):
             )
 
 
-def keras_is_auto_name(optimizer):
+def keras_is_auto_name(optimizer: Any) -> bool:
     """Whether a Keras 3 optimizer's name has the form Keras generates.
 
     Keras 3.8 to 3.14 name an unnamed optimizer with the default of its
@@ -286,7 +304,7 @@ def keras_is_auto_name(optimizer):
     return re.fullmatch(re.escape(snake) + r"(_\d+)?", optimizer.name) is not None
 
 
-def keras_step_counter(optimizer):
+def keras_step_counter(optimizer: Any) -> Any:
     """The variable counting a Keras 3 optimizer's `apply` calls.
 
     Private: `BaseOptimizer._iterations` (Keras 3.8 to 3.15). With gradient
@@ -296,7 +314,8 @@ def keras_step_counter(optimizer):
     return optimizer._iterations
 
 
-def keras_gradient_accumulators(optimizer, var_list):
+def keras_gradient_accumulators(optimizer: Any,
+                                var_list: Iterable[Any]) -> list[Any]:
     """The gradient accumulators of `var_list` in a built Keras 3 optimizer.
 
     Private: `BaseOptimizer._accumulated_gradients` and
@@ -308,7 +327,8 @@ def keras_gradient_accumulators(optimizer, var_list):
     ]
 
 
-def keras_learning_rate_schedule(optimizer):
+def keras_learning_rate_schedule(
+        optimizer: Any) -> Callable[..., Any] | None:
     """A Keras 3 optimizer's learning rate schedule, or None.
 
     Private: `BaseOptimizer._learning_rate` (Keras 3.8 to 3.15) holds the
@@ -323,7 +343,8 @@ def keras_learning_rate_schedule(optimizer):
 _NO_ALL_REDUCE_LOCK = threading.Lock()
 
 
-def keras_apply_without_all_reduce(optimizer, grads_and_vars):
+def keras_apply_without_all_reduce(
+        optimizer: Any, grads_and_vars: Iterable[tuple[Any, Any]]) -> None:
     """Applies gradients with a Keras 3 optimizer, skipping its all-reduce.
 
     Private hook: Keras 3's TensorFlow optimizers (Keras 3.8-3.15) always sum
@@ -356,7 +377,7 @@ def keras_apply_without_all_reduce(optimizer, grads_and_vars):
                 del state["_all_reduce_sum_gradients"]
 
 
-def keras_compile_owner():
+def keras_compile_owner() -> type[Any]:
     """The class whose `compile` Keras 3 compares a loaded model's against.
 
     Private: `keras.src.trainers.trainer.Trainer` (Keras 3.8 to 3.15).
@@ -377,7 +398,7 @@ def keras_compile_owner():
     return owner
 
 
-def keras_ema_averages(optimizer):
+def keras_ema_averages(optimizer: Any) -> list[Any]:
     """A built Keras 3 optimizer's moving averages (`use_ema=True`).
 
     Private: `BaseOptimizer._model_variables_moving_average` (Keras 3.8 to
@@ -387,7 +408,7 @@ def keras_ema_averages(optimizer):
     return list(optimizer._model_variables_moving_average)
 
 
-def keras_overwrite_with_ema(optimizer):
+def keras_overwrite_with_ema(optimizer: Any) -> None:
     """Copies a Keras 3 optimizer's moving averages into its variables.
 
     Private: `_overwrite_model_variables_with_average_value` (Keras 3.8 to
@@ -402,7 +423,7 @@ _NO_EMA_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def keras_apply_without_ema(optimizer):
+def keras_apply_without_ema(optimizer: Any) -> Iterator[None]:
     """While active, a Keras 3 optimizer's `apply` leaves its averages alone.
 
     Keras 3.8 to 3.15 read `use_ema` in `_backend_apply_gradients` only,
@@ -426,7 +447,7 @@ def keras_apply_without_ema(optimizer):
                 state["use_ema"] = True
 
 
-def tf_keras_is_tf_keras():
+def tf_keras_is_tf_keras() -> bool:
     """Whether `tf.keras` is tf_keras 2.x (`TF_USE_LEGACY_KERAS=1`).
 
     TensorFlow 2.16+ decides when it is imported (and its lazy `tf.keras`

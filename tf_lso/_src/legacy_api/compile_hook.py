@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import abc
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import keras
 
@@ -45,7 +47,7 @@ class LossScalePolicy(abc.ABC):
 
     @property
     @abc.abstractmethod
-    def loss_scale(self):
+    def loss_scale(self) -> loss_scale_lib.LossScale | None:
         """The `LossScale` that `compile` uses, or None."""
 
 
@@ -65,11 +67,12 @@ def enable(*, wrap_mixed_float16: bool | None = None) -> None:
         _enable_tf_keras()
     owner = compat.keras_compile_owner()
     original = vars(owner)["compile"]
-    if getattr(original, "_tf_lso_original", None) is not None:
+    if _original_of(original) is not None:
         return
 
     @functools.wraps(original)
-    def compile(self, optimizer="rmsprop", *args, **kwargs):
+    def compile(self: Any, optimizer: Any = "rmsprop", *args: Any,
+                **kwargs: Any) -> Any:
         policy = _tf_lso_policy(self)
         if policy is not None and policy.loss_scale is None:
             # TF 2.1-2.3: a policy without a loss scale means no scaling.
@@ -79,30 +82,43 @@ def enable(*, wrap_mixed_float16: bool | None = None) -> None:
         )
         return original(self, optimizer, *args, **kwargs)
 
-    compile._tf_lso_original = original
+    _mark(compile, original)
     owner.compile = compile
 
 
-def _enable_tf_keras():
+def _mark(hook: Callable[..., Any], original: Callable[..., Any]) -> None:
+    """Marks a `compile` as tf_lso's hook, keeping the one it replaces."""
+    hook._tf_lso_original = original  # type: ignore[attr-defined]
+
+
+def _original_of(compile: Any) -> Callable[..., Any] | None:
+    """The `compile` a hook replaced; None if `compile` is no hook."""
+    return getattr(compile, "_tf_lso_original", None)
+
+
+def _enable_tf_keras() -> None:
     tf_keras_face.face_class()  # Made and registered: load_model finds it.
-    model_class = compat.tf_keras_module().Model
+    tf_keras = compat.tf_keras_module()
+    assert tf_keras is not None  # face_class() imported it.
+    model_class = tf_keras.Model
     original = vars(model_class).get("compile")
-    if original is None or getattr(original, "_tf_lso_original", None):
+    if original is None or _original_of(original):
         return
 
     @functools.wraps(original)
-    def compile(self, optimizer="rmsprop", *args, **kwargs):
+    def compile(self: Any, optimizer: Any = "rmsprop", *args: Any,
+                **kwargs: Any) -> Any:
         policy = keras.mixed_precision.global_policy()
         if not isinstance(policy, LossScalePolicy):
             policy = None
         optimizer = tf_keras_face.compile_optimizer(self, optimizer, policy)
         return original(self, optimizer, *args, **kwargs)
 
-    compile._tf_lso_original = original
+    _mark(compile, original)
     model_class.compile = compile
 
 
-def _on_wrap(inner):
+def _on_wrap(inner: inner_lib.InnerOptimizer) -> None:
     """Wrapping a tf_keras optimizer: tf_keras's `compile` must take the
     tf_lso optimizer around it (`tf_keras_face`), as Keras 3's takes tf_lso's
     Keras 3 classes with no hook at all."""
@@ -113,12 +129,12 @@ def _on_wrap(inner):
 inner_lib.on_wrap(_on_wrap)
 
 
-def _disable_tf_keras():
+def _disable_tf_keras() -> None:
     tf_keras = compat.tf_keras_module()
     if tf_keras is None:
         return
     hooked = vars(tf_keras.Model).get("compile")
-    original = getattr(hooked, "_tf_lso_original", None)
+    original = _original_of(hooked)
     if original is not None:
         tf_keras.Model.compile = original
 
@@ -128,7 +144,7 @@ def disable() -> None:
     _switch["wrap_mixed_float16"] = False
     _disable_tf_keras()
     owner = compat.keras_compile_owner()
-    original = getattr(vars(owner)["compile"], "_tf_lso_original", None)
+    original = _original_of(vars(owner)["compile"])
     if original is not None:
         owner.compile = original
 
@@ -136,10 +152,11 @@ def disable() -> None:
 def is_enabled() -> bool:
     """Whether `keras.Model.compile` is the hook."""
     owner = compat.keras_compile_owner()
-    return getattr(vars(owner)["compile"], "_tf_lso_original", None) is not None
+    return _original_of(vars(owner)["compile"]) is not None
 
 
-def compile_optimizer(model, optimizer, auto_scale_loss=True):
+def compile_optimizer(model: Any, optimizer: Any,
+                      auto_scale_loss: bool = True) -> Any:
     """The optimizer `model.compile` should use under TF 2.x's rules.
 
     Under a `Policy` with a loss scale, a plain optimizer is wrapped in a
@@ -159,7 +176,7 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
     Returns:
         The optimizer to compile with.
     """
-    policy = getattr(model, "dtype_policy", None)
+    policy: Any = getattr(model, "dtype_policy", None)
     tf_lso_policy = _tf_lso_policy(model)
     wrap_v1 = tf_lso_policy is not None and tf_lso_policy.loss_scale is not None
     wrap_v2 = (
@@ -171,7 +188,7 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
     optimizer = keras.optimizers.get(optimizer)
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return optimizer
-    previous = getattr(model, "optimizer", None)
+    previous: Any = getattr(model, "optimizer", None)
     if wrap_v2:
         if _wraps(previous, optimizer, v2.LossScaleOptimizer) and (
             previous.dynamic, previous.initial_scale,
@@ -188,21 +205,22 @@ def compile_optimizer(model, optimizer, auto_scale_loss=True):
     return v1.LossScaleOptimizerV1(optimizer, _fresh(policy.loss_scale))
 
 
-def _wraps(previous, optimizer, cls):
+def _wraps(previous: Any, optimizer: Any, cls: type[Any]) -> bool:
     return type(previous) is cls and previous.inner_optimizer is optimizer
 
 
-def _describe(loss_scale):
+def _describe(
+        loss_scale: loss_scale_lib.LossScale) -> tuple[type, dict[str, Any]]:
     return type(loss_scale), loss_scale.get_config()
 
 
-def _tf_lso_policy(model):
+def _tf_lso_policy(model: Any) -> LossScalePolicy | None:
     """The model's dtype policy if it is a `LossScalePolicy`, else None."""
     policy = getattr(model, "dtype_policy", None)
     return policy if isinstance(policy, LossScalePolicy) else None
 
 
-def _fresh(loss_scale):
+def _fresh(loss_scale: Any) -> Any:
     # Each model gets its own loss scale state (TF 2.1-2.3 shared one).
     if isinstance(loss_scale, loss_scale_lib.LossScale):
         return type(loss_scale).from_config(loss_scale.get_config())

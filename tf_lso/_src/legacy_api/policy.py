@@ -95,14 +95,14 @@ class Policy(keras.dtype_policies.FloatDTypePolicy):
             loss_scale = serialization.deserialize(loss_scale, custom_objects)
         return cls(config.pop("name"), loss_scale=loss_scale, **config)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f'<Policy "{self.name}", loss_scale={self._loss_scale}>'
 
 
 compile_hook.LossScalePolicy.register(Policy)
 
 
-def _as_policy(policy):
+def _as_policy(policy: keras.DTypePolicy) -> Policy:
     if isinstance(policy, Policy):
         return policy
     return Policy(policy.name)
@@ -124,35 +124,35 @@ def set_policy(policy: Policy | keras.DTypePolicy | str | None) -> None:
             is not a policy.
     """
     if policy is None or policy == "_infer":
-        policy = Policy("float32")
+        new = Policy("float32")
     elif isinstance(policy, str):
-        policy = Policy(policy)
+        new = Policy(policy)
     elif isinstance(policy, keras.DTypePolicy):
-        policy = _as_policy(policy)
+        new = _as_policy(policy)
     else:
         raise ValueError(
             "set_policy() takes a Policy, a policy name such as "
             f"'mixed_float16', or None. Received: policy={policy!r}. Pass "
             "one of those."
         )
-    if policy.compute_dtype is None or not (
-        policy.compute_dtype.startswith(("float", "bfloat"))
+    if new.compute_dtype is None or not (
+        new.compute_dtype.startswith(("float", "bfloat"))
     ):
         raise ValueError(
             "set_policy can only be used to set the global policy to "
             'floating-point policies, such as "float32" and '
-            f'"mixed_float16", but got policy: {policy.name}'
+            f'"mixed_float16", but got policy: {new.name}'
         )
     compile_hook.enable()
-    keras.mixed_precision.set_global_policy(policy)
+    keras.mixed_precision.set_global_policy(new)
     if compat.tf_keras_is_tf_keras():
         # The legacy-Keras route: `tf.keras` layers read tf_keras's global
         # policy (which has no loss scale; `compile` reads it from here).
         _tf_keras_mixed_precision().set_global_policy(
-            "float32" if policy.name == "_infer" else policy.name)
+            "float32" if new.name == "_infer" else new.name)
 
 
-def _tf_keras_mixed_precision():
+def _tf_keras_mixed_precision() -> Any:
     import tensorflow as tf
 
     return tf.keras.mixed_precision

@@ -28,6 +28,8 @@ tf_keras's `Model.compile`
 from __future__ import annotations
 
 import functools
+import importlib
+from typing import Any
 
 from tf_lso._src import compat
 from tf_lso._src.inner import inner_optimizer as inner_lib
@@ -36,27 +38,28 @@ from tf_lso._src.optimizer import loss_scale_optimizer as v2
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 # The tf_lso optimizer class behind a face, by the name its config keeps.
-_CORES = {"LossScaleOptimizer": v2.LossScaleOptimizer,
-          "LossScaleOptimizerV1": v1.LossScaleOptimizerV1}
+_CORES: dict[str, type[v2.LossScaleOptimizer]] = {
+    "LossScaleOptimizer": v2.LossScaleOptimizer,
+    "LossScaleOptimizerV1": v1.LossScaleOptimizerV1}
 
 
 @functools.cache
-def face_class():
+def face_class() -> type[Any]:
     """The face class, made (and registered with tf_keras) on first use.
 
     tf_keras is optional and imported only by users who chose it.
     """
     import tensorflow as tf
 
-    tf_keras = compat.tf_keras_module()
-    if tf_keras is None:
-        import tf_keras
+    tf_keras = compat.tf_keras_module() or importlib.import_module("tf_keras")
     base = tf_keras.mixed_precision.LossScaleOptimizer
     legacy = tf_keras.optimizers.legacy.Optimizer
 
+    # Bases known only at run time: mypy takes the class as of unknown bases.
     @tf_keras.saving.register_keras_serializable(package="tf_lso")
     class TfKerasLossScaleOptimizer(
-        tf.__internal__.tracking.DelegatingTrackableMixin, legacy, base
+        tf.__internal__.tracking.DelegatingTrackableMixin,
+        legacy, base,  # type: ignore[valid-type, misc]
     ):
         """A tf_lso loss scale optimizer, as tf_keras's `compile` takes it.
 
@@ -70,9 +73,7 @@ def face_class():
                 optimizer.
         """
 
-        _HAS_AGGREGATE_GRAD = True
-
-        def __init__(self, core):
+        def __init__(self, core: v2.LossScaleOptimizer) -> None:
             # As tf_keras's own loss scale optimizers, without the optimizer
             # base's __init__: the state is the core's.
             object.__setattr__(self, "_core", core)
@@ -80,25 +81,25 @@ def face_class():
                 self, core)
 
         @property
-        def core(self):
+        def core(self) -> v2.LossScaleOptimizer:
             """The tf_lso optimizer behind this face."""
             return self._core
 
-        def __getattr__(self, name):
+        def __getattr__(self, name: str) -> Any:
             if name.startswith("_"):
                 raise AttributeError(name)
             return getattr(self._core, name)
 
-        def __setattr__(self, name, value):
+        def __setattr__(self, name: str, value: Any) -> None:
             # Not OptimizerV2's, which looks for hyperparameters the face
             # does not have; `lr`, `learning_rate` and `iterations` reach
             # the core through their property setters.
             object.__setattr__(self, name, value)
 
-        def __dir__(self):
+        def __dir__(self) -> list[str]:
             return sorted(set(super().__dir__()) | set(dir(self._core)))
 
-        def __repr__(self):
+        def __repr__(self) -> str:
             return f"<TfKerasLossScaleOptimizer of {self._core!r}>"
 
         # tf_keras's LossScaleOptimizer API (its stubs raise otherwise).
@@ -110,63 +111,64 @@ def face_class():
             lambda self: self._core.dynamic_growth_steps)
         inner_optimizer = property(lambda self: self._core.inner_optimizer)
 
-        def get_scaled_loss(self, loss):
+        def get_scaled_loss(self, loss: Any) -> Any:
             return self._core.get_scaled_loss(loss)
 
-        def get_unscaled_gradients(self, grads):
+        def get_unscaled_gradients(self, grads: Any) -> Any:
             return self._core.get_unscaled_gradients(grads)
 
         # What tf_keras's fit, callbacks and saving call.
-        def minimize(self, loss, var_list, grad_loss=None, name=None,
-                     tape=None):
+        def minimize(self, loss: Any, var_list: Any, grad_loss: Any = None,
+                     name: str | None = None, tape: Any = None) -> Any:
             return self._core.minimize(loss, var_list, grad_loss=grad_loss,
                                        name=name, tape=tape)
 
-        def apply_gradients(self, grads_and_vars, name=None,
-                            experimental_aggregate_gradients=True):
+        def apply_gradients(
+                self, grads_and_vars: Any, name: str | None = None,
+                experimental_aggregate_gradients: bool = True) -> Any:
             return self._core.apply_gradients(
                 grads_and_vars, name=name,
                 experimental_aggregate_gradients=(
                     experimental_aggregate_gradients))
 
-        def get_gradients(self, loss, params):
+        def get_gradients(self, loss: Any, params: Any) -> Any:
             return self._core.get_gradients(loss, params)
 
         @property
-        def iterations(self):
+        def iterations(self) -> Any:
             return self._core.iterations
 
         @iterations.setter
-        def iterations(self, value):
+        def iterations(self, value: Any) -> None:
             self._core.iterations = value
 
         @property
-        def learning_rate(self):
+        def learning_rate(self) -> Any:
             return self._core.learning_rate
 
         @learning_rate.setter
-        def learning_rate(self, value):
+        def learning_rate(self, value: Any) -> None:
             self._core.learning_rate = value
 
         lr = learning_rate
 
-        def _inner(self):
+        def _inner(self) -> Any:
             return self._core.inner_optimizer
 
         @property
-        def weights(self):
+        def weights(self) -> list[Any]:
             inner = self._inner()
             if isinstance(inner, legacy):
                 return inner.weights
             return list(inner.variables)
 
-        def variables(self):
+        def variables(self) -> list[Any]:
             return self.weights
 
-        def get_weights(self):
+        def get_weights(self) -> list[Any]:
             return [w.numpy() for w in self.weights]
 
-        def set_weights(self, weights):
+        def set_weights(self, weights: Any) -> Any:
             inner = self._inner()
             if isinstance(inner, legacy):
                 return inner.set_weights(weights)
@@ -174,32 +176,34 @@ def face_class():
                 variable.assign(value)
             return None
 
-        def _create_all_weights(self, var_list):
+        def _create_all_weights(self, var_list: Any) -> None:
             self._core.build(var_list)
 
-        def get_slot_names(self):
+        def get_slot_names(self) -> list[str]:
             # Only legacy (OptimizerV2) inner optimizers have slot names.
             return getattr(self._inner(), "get_slot_names", list)()
 
-        def get_slot(self, var, slot_name):
+        def get_slot(self, var: Any, slot_name: str) -> Any:
             return self._inner().get_slot(var, slot_name)
 
         # Slot restores reach the face (the optimizer in the object graph):
         # the core's checkpointing handles them, as for the core itself.
-        def _create_or_restore_slot_variable(self, *args, **kwargs):
+        def _create_or_restore_slot_variable(self, *args: Any,
+                                             **kwargs: Any) -> Any:
             return self._core._create_or_restore_slot_variable(
                 *args, **kwargs)
 
-        def finalize_variable_values(self, var_list):
+        def finalize_variable_values(self, var_list: Any) -> None:
             self._core.finalize_variable_values(var_list)
 
-        def get_config(self):
+        def get_config(self) -> dict[str, Any]:
             """The tf_lso optimizer's config, with its class's name."""
             return {"core_class": type(self._core).__name__,
                     **self._core.get_config()}
 
         @classmethod
-        def from_config(cls, config, custom_objects=None):
+        def from_config(cls, config: dict[str, Any],
+                        custom_objects: dict[str, Any] | None = None) -> Any:
             """A face in front of a new tf_lso optimizer from `config`."""
             config = dict(config)
             core_class = _CORES[config.pop("core_class",
@@ -218,13 +222,13 @@ def face_class():
     return TfKerasLossScaleOptimizer
 
 
-def is_face(optimizer) -> bool:
+def is_face(optimizer: Any) -> bool:
     """Whether `optimizer` is a face (only if one was ever made)."""
     return (face_class.cache_info().currsize > 0
             and isinstance(optimizer, face_class()))
 
 
-def compile_optimizer(model, optimizer, policy=None):
+def compile_optimizer(model: Any, optimizer: Any, policy: Any = None) -> Any:
     """The optimizer tf_keras's `model.compile` should get.
 
     Args:
@@ -260,10 +264,11 @@ def compile_optimizer(model, optimizer, policy=None):
     if loss_scale is None and policy.name != "mixed_float16":
         return optimizer
     tf_keras = compat.tf_keras_module()
+    assert tf_keras is not None  # Its compile calls this.
     optimizer = tf_keras.optimizers.get(optimizer)
     if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
         return optimizer
-    previous = getattr(model, "optimizer", None)
+    previous: Any = getattr(model, "optimizer", None)
     if is_face(previous) and previous.core.inner_optimizer is optimizer:
         return previous  # A recompile with the same optimizer.
     if loss_scale is None:
@@ -277,10 +282,10 @@ def compile_optimizer(model, optimizer, policy=None):
     return face_class()(v1.LossScaleOptimizerV1(optimizer, loss_scale))
 
 
-def _is_tf_keras_kind(kind):
+def _is_tf_keras_kind(kind: type | None) -> bool:
     return kind is not None and kind.__module__.endswith(".tf_keras")
 
 
-def is_tf_keras_kind(inner) -> bool:
+def is_tf_keras_kind(inner: inner_lib.InnerOptimizer) -> bool:
     """Whether an `InnerOptimizer` wraps a tf_keras optimizer."""
     return _is_tf_keras_kind(type(inner))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import keras
 
@@ -109,35 +110,36 @@ class LossScaleMonitor(keras.callbacks.Callback):
             gradient_report_freq = validation.integer(
                 gradient_report_freq, "gradient_report_freq")
         self.gradient_report_freq = gradient_report_freq
-        self.last_gradient_report = None
+        self.last_gradient_report: training_health.GradientReport | None = (
+            None)
         self._report_requested = False
-        self.stop_reason = None
+        self.stop_reason: str | None = None
         self._warned_floor = False
         self._floor_skips_at_last_log = 0
         # `skipped_steps` at the last stuck check (None: check in full).
-        self._skipped_at_last_check = None
+        self._skipped_at_last_check: int | None = None
 
     # tf_keras's fit (the legacy-Keras route) calls its callbacks through
     # these: a Keras 3 callback has none of them.
     _supports_tf_logs = False
 
-    def _implements_train_batch_hooks(self):
+    def _implements_train_batch_hooks(self) -> bool:
         return True
 
-    def _implements_test_batch_hooks(self):
+    def _implements_test_batch_hooks(self) -> bool:
         return False
 
-    def _implements_predict_batch_hooks(self):
+    def _implements_predict_batch_hooks(self) -> bool:
         return False
 
-    def _optimizer(self):
+    def _optimizer(self) -> Any:
         """The model's tf_lso optimizer (tf_keras's compile puts a face in
         front of it, whose `core` it is), or what the model has."""
-        optimizer = getattr(self.model, "optimizer", None)
+        optimizer: Any = getattr(self.model, "optimizer", None)
         core = getattr(type(optimizer), "core", None)
         return optimizer.core if isinstance(core, property) else optimizer
 
-    def on_train_begin(self, logs: dict | None = None) -> None:
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         """Checks that the model's optimizer is a tf_lso optimizer."""
         self._skipped_at_last_check = None
         optimizer = self._optimizer()
@@ -156,14 +158,14 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 self.model.make_train_function(force=True)
 
     def on_train_batch_begin(self, batch: int,
-                             logs: dict | None = None) -> None:
+                             logs: dict[str, Any] | None = None) -> None:
         """Asks the optimizer for a gradient report every N batches."""
         freq = self.gradient_report_freq
         self._report_requested = freq is not None and (batch + 1) % freq == 0
         if self._report_requested:
             self._optimizer()._gradient_reports().requested.assign(True)
 
-    def _log(self, logs):
+    def _log(self, logs: dict[str, Any] | None) -> None:
         optimizer = self._optimizer()
         floor_skips = training_health.host_int(
             optimizer.skipped_steps_at_floor)
@@ -196,7 +198,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
             optimizer.nonfinite_loss_steps)
         self._log_report(logs)
 
-    def _log_report(self, logs):
+    def _log_report(self, logs: dict[str, Any]) -> None:
         report = self.last_gradient_report
         if report is None:
             return
@@ -205,20 +207,22 @@ class LossScaleMonitor(keras.callbacks.Callback):
             report.total_below_normal_share)
         logs["gradient_headroom"] = float(report.min_headroom)
 
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+    def on_train_batch_end(self, batch: int,
+                           logs: dict[str, Any] | None = None) -> None:
         """Logs every `update_freq` batches; checks for a stuck run."""
         if self._report_requested:
             self.last_gradient_report = (
                 self._optimizer()._last_gradient_report())
             if logs is not None:
                 self._log_report(logs)
-        if self.update_freq != "epoch" and (batch + 1) % self.update_freq == 0:
+        if (isinstance(self.update_freq, int)  # not "epoch"
+                and (batch + 1) % self.update_freq == 0):
             self._log(logs)
         if (self.max_consecutive_skips is not None
                 or self.stop_on_nonfinite_loss):
             self._check_stuck()
 
-    def _check_stuck(self):
+    def _check_stuck(self) -> None:
         optimizer = self._optimizer()
         skipped = training_health.host_int(optimizer.skipped_steps)
         if skipped == self._skipped_at_last_check:
@@ -234,7 +238,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
         print(self.stop_reason)
         self.model.stop_training = True
 
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+    def on_epoch_end(self, epoch: int,
+                     logs: dict[str, Any] | None = None) -> None:
         """Adds `loss_scale` and `skipped_steps` to the epoch's logs."""
         self._log(logs)
 

@@ -33,12 +33,23 @@ The methods below implement TensorFlow's `Trackable` protocol; every call
 into another object's private tracking API goes through `compat`.
 """
 
+from __future__ import annotations
+
 import warnings
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import cast
 
 import numpy as np
 import tensorflow as tf
 
 from tf_lso._src import compat
+
+if TYPE_CHECKING:
+    from tf_lso._src.inner import inner_optimizer
+    from tf_lso._src.optimizer import apply_step
+    from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 LOSS_SCALE = "loss_scale"
 BASE_OPTIMIZER = "base_optimizer"
@@ -70,14 +81,17 @@ class Layout:
         step: The `apply_step.ApplyStep`; saved in SavedModels only.
     """
 
-    def __init__(self, inner, loss_scale, step):
+    def __init__(self, inner: inner_optimizer.InnerOptimizer,
+                 loss_scale: loss_scale_lib.LossScale,
+                 step: apply_step.ApplyStep) -> None:
         self._inner = inner
         self.loss_scale = loss_scale
         self._step = step
         self._base_optimizer_view = _InnerOptimizerView(self)
         self._keras_inner_view = _InnerOptimizerView(self, keras_lso=True)
 
-    def children(self, save_type="checkpoint", **kwargs):
+    def children(self, save_type: str = "checkpoint",
+                 **kwargs: Any) -> dict[str, Any]:
         """`_trackable_children`: the inner's children plus the loss scale.
 
         Nothing else in checkpoints, to keep TF 2.4's layout (see the module
@@ -94,7 +108,7 @@ class Layout:
             children[APPLY_STEP] = self._step
         return children
 
-    def file_state(self):
+    def file_state(self) -> list[tf.Variable]:
         """What Keras's files hold of the optimizer itself, in order: the
         loss scale's variables, then `skipped_steps`, then with gradient
         accumulation `window_overflowed`."""
@@ -103,11 +117,11 @@ class Layout:
             state.append(self._step.window_overflowed)
         return state
 
-    def inner_kind(self):
+    def inner_kind(self) -> str:
         """The inner optimizer's class name."""
         return type(self._inner.optimizer).__name__
 
-    def lookup(self, name):
+    def lookup(self, name: str) -> Any:
         """`_lookup_dependency`: also the names older layouts used."""
         if name == LOSS_SCALE:
             return self.loss_scale if self.loss_scale.variables else None
@@ -123,15 +137,16 @@ class Layout:
             return getattr(self.loss_scale, _KERAS_STATE[name], None)
         return self.inner_child(name)
 
-    def inner_child(self, name):
+    def inner_child(self, name: str) -> Any:
         """The inner optimizer's child `name` (TF 2.x names too), or None."""
         return self._inner.checkpoint_child(name)
 
-    def deferred(self):
+    def deferred(self) -> dict[str, list[Any]]:
         """`_deferred_dependencies`: children not created yet are the inner's."""
         return self._inner.deferred_dependencies()
 
-    def slot(self, position, slot_name, variable, **kwargs):
+    def slot(self, position: Any, slot_name: str, variable: tf.Variable,
+             **kwargs: Any) -> Any:
         """`_create_or_restore_slot_variable`: slots are the inner's."""
         return self._inner.create_or_restore_slot(position, slot_name,
                                                   variable, **kwargs)
@@ -145,31 +160,49 @@ class LayoutCheckpointing:
     exception to keeping private APIs in compat.py). Subclasses set one
     attribute, `_checkpoint` (a `Layout`), at the end of their constructor;
     until then Keras tracks attributes the usual way.
+
+    The `super()` calls reach TensorFlow's `Trackable`, a base that comes
+    after this one in the optimizer's bases (mypy does not see it).
     """
 
-    def _checkpoint_layout(self):
+    name: str  # The optimizer's name: Keras's optimizer base defines it.
+
+    def _checkpoint_layout(self) -> Layout | None:
         return self.__dict__.get("_checkpoint")
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        if self._checkpoint_layout() is None:
-            return super()._trackable_children(save_type, **kwargs)
-        return self._checkpoint_layout().children(save_type, **kwargs)
+    def _built_layout(self) -> Layout:
+        """The `Layout`: Keras and TensorFlow call the methods that use this
+        only on a constructed optimizer, which has one."""
+        return cast(Layout, self._checkpoint_layout())
 
-    def _lookup_dependency(self, name, cached_dependencies=None):
-        if self._checkpoint_layout() is None:
-            return super()._lookup_dependency(name, cached_dependencies)
-        return self._checkpoint_layout().lookup(name)
+    def _trackable_children(self, save_type: str = "checkpoint",
+                            **kwargs: Any) -> dict[str, Any]:
+        layout = self._checkpoint_layout()
+        if layout is None:
+            return super()._trackable_children(  # type: ignore[misc]
+                save_type, **kwargs)
+        return layout.children(save_type, **kwargs)
+
+    def _lookup_dependency(self, name: str,
+                           cached_dependencies: Any = None) -> Any:
+        layout = self._checkpoint_layout()
+        if layout is None:
+            return super()._lookup_dependency(  # type: ignore[misc]
+                name, cached_dependencies)
+        return layout.lookup(name)
 
     @property
-    def _deferred_dependencies(self):
-        if self._checkpoint_layout() is None:
-            return super()._deferred_dependencies
-        return self._checkpoint_layout().deferred()
+    def _deferred_dependencies(self) -> dict[str, list[Any]]:
+        layout = self._checkpoint_layout()
+        if layout is None:
+            return super()._deferred_dependencies  # type: ignore[misc]
+        return layout.deferred()
 
     def _create_or_restore_slot_variable(
-        self, slot_variable_position, slot_name, variable, **kwargs
-    ):
-        return self._checkpoint_layout().slot(
+        self, slot_variable_position: Any, slot_name: str,
+        variable: tf.Variable, **kwargs: Any
+    ) -> Any:
+        return self._built_layout().slot(
             slot_variable_position, slot_name, variable, **kwargs
         )
 
@@ -179,21 +212,21 @@ class LayoutCheckpointing:
     # then the inner optimizer's class name. (tf.train.Checkpoints hold
     # neither of the last two: see `Layout.children`.)
 
-    def save_own_variables(self, store):
+    def save_own_variables(self, store: MutableMapping[str, Any]) -> None:
         """Saves the loss scale state, `skipped_steps` and the inner
         optimizer's class name (Keras files).
 
         Args:
             store: The dict-like store Keras passes.
         """
-        layout = self._checkpoint_layout()
+        layout = self._built_layout()
         for i, variable in enumerate(layout.file_state()):
             store[str(i)] = variable.numpy()
         # As bytes: every Keras weights store holds numeric arrays.
         store[_INNER_KIND] = np.frombuffer(layout.inner_kind().encode(),
                                            np.uint8)
 
-    def load_own_variables(self, store):
+    def load_own_variables(self, store: MutableMapping[str, Any]) -> None:
         """Loads what `save_own_variables` saved.
 
         Files written before `skipped_steps` (or `window_overflowed`) was
@@ -210,7 +243,7 @@ class LayoutCheckpointing:
                 finite in float32, a negative count): the file is damaged.
                 Nothing of the loss scale state is loaded then.
         """
-        layout = self._checkpoint_layout()
+        layout = self._built_layout()
         keys = list(store.keys())
         if _INNER_KIND in keys:
             keys.remove(_INNER_KIND)
@@ -245,7 +278,8 @@ class LayoutCheckpointing:
             variable.assign(value)
 
 
-def _checked(optimizer_name, variable, value):
+def _checked(optimizer_name: str, variable: tf.Variable,
+             value: Any) -> np.ndarray:
     """`value` in `variable`'s dtype, if in range for it.
 
     Every float in the saved state is a loss scale, every integer a count.
@@ -278,14 +312,16 @@ class _InnerOptimizerView(compat.Trackable):
     It has no children of its own, so it adds nothing to saved checkpoints.
     """
 
-    def __init__(self, layout, keras_lso=False):
+    def __init__(self, layout: Layout, keras_lso: bool = False) -> None:
         self._layout = layout
         self._keras_lso = keras_lso
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
+    def _trackable_children(self, save_type: str = "checkpoint",
+                            **kwargs: Any) -> dict[str, Any]:
         return {}
 
-    def _lookup_dependency(self, name, cached_dependencies=None):
+    def _lookup_dependency(self, name: str,
+                           cached_dependencies: Any = None) -> Any:
         child = self._layout.inner_child(name)
         if self._keras_lso and name in _KERAS_WRAPPER_ONLY and child is not None:
             # The Keras 3 wrapper's own `_iterations`/`_learning_rate` (unused,
@@ -295,12 +331,13 @@ class _InnerOptimizerView(compat.Trackable):
         return child
 
     @property
-    def _deferred_dependencies(self):
+    def _deferred_dependencies(self) -> dict[str, list[Any]]:
         return self._layout.deferred()
 
     def _create_or_restore_slot_variable(
-        self, slot_variable_position, slot_name, variable, **kwargs
-    ):
+        self, slot_variable_position: Any, slot_name: str,
+        variable: tf.Variable, **kwargs: Any
+    ) -> Any:
         return self._layout.slot(slot_variable_position, slot_name, variable,
                                  **kwargs)
 
@@ -308,11 +345,12 @@ class _InnerOptimizerView(compat.Trackable):
 class _Overwrite(compat.Trackable):
     """Restores into `variable` although another path restored it already."""
 
-    def __init__(self, variable):
+    def __init__(self, variable: tf.Variable) -> None:
         self._variable = variable
 
-    def _serialize_to_tensors(self):
+    def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
         return {compat.VARIABLE_VALUE: tf.convert_to_tensor(self._variable)}
 
-    def _restore_from_tensors(self, restored_tensors):
+    def _restore_from_tensors(
+            self, restored_tensors: dict[str, tf.Tensor]) -> Any:
         return self._variable.assign(restored_tensors[compat.VARIABLE_VALUE])

@@ -9,8 +9,11 @@ float32 value: `1e39` is infinite there and `1e-50` is zero, though both are
 fine Python floats. Step counts are compared with an int64 counter.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
+from typing import Any
 
 import numpy as np
 
@@ -21,19 +24,19 @@ _INT64_MAX = 2**63 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def is_number(value):
+def is_number(value: object) -> bool:
     """Whether `value` is a real number (Python's or NumPy's), not a bool."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def is_python_number(value):
+def is_python_number(value: object) -> bool:
     """Whether `value` is a Python int or float: TF's loss scale classes'
     rule (`FixedLossScale(...)`, `get(...)`), which lets bools through as
     TF did."""
     return isinstance(value, (int, float))
 
 
-def is_scalar_number(value):
+def is_scalar_number(value: object) -> bool:
     """Whether `value` is a numeric scalar: Python and NumPy scalars, 0-d
     arrays and eager tensors alike (a tf_keras legacy config holds the
     values of its variables); not bools."""
@@ -44,7 +47,7 @@ def is_scalar_number(value):
     return array.ndim == 0 and array.dtype.kind in "iuf"
 
 
-def _number(value, name):
+def _number(value: Any, name: str) -> float:
     if not is_number(value):
         raise TypeError(
             f"`{name}` must be a number. Received: {name}={value!r} of type "
@@ -53,7 +56,7 @@ def _number(value, name):
     return float(value)
 
 
-def scale(value, name, minimum=SMALLEST_SCALE):
+def scale(value: Any, name: str, minimum: float = SMALLEST_SCALE) -> float:
     """Returns `value` as a Python float if its float32 is a usable scale.
 
     Args:
@@ -81,7 +84,7 @@ def scale(value, name, minimum=SMALLEST_SCALE):
     )
 
 
-def integer(value, name, minimum=1):
+def integer(value: Any, name: str, minimum: int = 1) -> int:
     """Returns `value` as an int: ints, and floats with an integral value.
 
     TF 2.4 passed values such as `dynamic_growth_steps=2.0` through `int()`,
