@@ -213,10 +213,6 @@ class UnscaleTest(tf.test.TestCase, parameterized.TestCase):
                 self.assertAllEqual(r, g * tf.cast(reciprocal, g.dtype))
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 class HandedOutTest(tf.test.TestCase):
     def test_finds_the_packed_gradients_by_identity_once(self):
         seen = []
@@ -244,3 +240,7 @@ class HandedOutTest(tf.test.TestCase):
         packed = gradients.pack(grads)
         unpacked = handed_out.remember(packed.unpack(), packed)
         self.assertIsNone(handed_out.take(unpacked))
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+from collections.abc import Mapping
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -20,35 +22,37 @@ from tf_lso._src.legacy_api import policy as policy_lib
 from tf_lso_migration import legacy_names as legacy
 
 _MISSING = object()
-_installed = []  # (owner, attribute, previous value or _MISSING)
-_modules = []  # (sys.modules key, previous module or _MISSING)
+# (owner, attribute, previous value or _MISSING)
+_installed: list[tuple[Any, str, Any]] = []
+# (sys.modules key, previous module or _MISSING)
+_modules: list[tuple[str, Any]] = []
 
 
-def _module(name, attributes):
+def _module(name: str, attributes: Mapping[str, Any]) -> types.ModuleType:
     module = types.ModuleType(name, "Legacy names provided by tf_lso.")
     for key, value in attributes.items():
         setattr(module, key, value)
     return module
 
 
-def _set(owner, name, value):
+def _set(owner: Any, name: str, value: Any) -> None:
     _installed.append((owner, name, getattr(owner, name, _MISSING)))
     setattr(owner, name, value)
 
 
-def _is_tf_keras(value):
+def _is_tf_keras(value: object) -> bool:
     """Whether `value` is tf_keras's: a name that works on the legacy-Keras
     route (`tf.keras.mixed_precision.LossScaleOptimizer` there is TF 2.4's
     class, kept by tf_keras), which `install()` leaves alone."""
     return getattr(value, "__module__", "").split(".")[0] == "tf_keras"
 
 
-def _register(name, module):
+def _register(name: str, module: types.ModuleType) -> None:
     _modules.append((name, sys.modules.get(name, _MISSING)))
     sys.modules[name] = module
 
 
-def _keras_mixed_precision_modules():
+def _keras_mixed_precision_modules() -> list[types.ModuleType]:
     """Every module object a script can reach as tf.keras.mixed_precision.
 
     On TF 2.16+ `tf.keras.mixed_precision` is Keras 3's mixed precision API,
@@ -59,7 +63,7 @@ def _keras_mixed_precision_modules():
     the legacy names, so that `keras.mixed_precision.LossScaleOptimizer` is
     tf_lso's class too.
     """
-    modules = []
+    modules: list[types.ModuleType] = []
     for module in (
         tf.keras.mixed_precision,
         importlib.import_module("tensorflow.keras.mixed_precision"),
@@ -80,17 +84,17 @@ def installed_names() -> list[str]:
     return legacy.installed_names()
 
 
-def _tf_lso_object(dotted):
+def _tf_lso_object(dotted: str) -> Any:
     """The tf_lso object a dotted name such as `tf_lso.experimental.Policy`
     names."""
     module, _, attribute = dotted.rpartition(".")
     return getattr(importlib.import_module(module), attribute)
 
 
-def _owners():
+def _owners() -> dict[str, dict[str, Any]]:
     """{the module a legacy name is in (`tf.train.experimental`): {attribute:
     tf_lso object}}, for every name `install()` provides."""
-    owners = {}
+    owners: dict[str, dict[str, Any]] = {}
     for name in installed_names():
         owner, _, attribute = name.rpartition(".")
         owners.setdefault(owner, {})[attribute] = _tf_lso_object(
@@ -98,7 +102,7 @@ def _owners():
     return owners
 
 
-def _modules_at(path):
+def _modules_at(path: str) -> list[types.ModuleType]:
     """The module objects a script reaches as `path` (`tf.train`, ...).
 
     Two for `tf.keras.mixed_precision` (see `_keras_mixed_precision_modules`).
