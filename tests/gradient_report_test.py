@@ -7,6 +7,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
+from tf_lso._src.optimizer import loss_scale_optimizer as lso_lib
 
 import test_util
 
@@ -173,17 +174,17 @@ class RecordTest(tf.test.TestCase, parameterized.TestCase):
                      lambda: tf_keras.optimizers.legacy.SGD(0.0)}[kind]()
         opt = tf_lso.LossScaleOptimizer(inner, initial_scale=2**10)
         variables = _variables()
-        reports = opt._gradient_reports()
+        reports = lso_lib.gradient_reports(opt)
         reports.enabled = True
         step = _step(opt, variables, use_tf_function, jit)
         grads = _known_grads()
         grads[-1] = tf.cast(grads[-1], tf.float32)
         step(grads)
-        self.assertIsNone(opt._last_gradient_report())  # Not requested.
+        self.assertIsNone(lso_lib.last_gradient_report(opt))  # Not requested.
         reports.requested.assign(True)
         step(grads)
         self.assertFalse(reports.requested.numpy())
-        report = opt._last_gradient_report()
+        report = lso_lib.last_gradient_report(opt)
         zero, below, headroom, size = _expected(grads, 2.0**10)
         self.assertEqual(report.loss_scale, 1024.0)
         self.assertEqual(report.variables, tuple(v.name for v in variables))
@@ -200,7 +201,7 @@ class RecordTest(tf.test.TestCase, parameterized.TestCase):
         step = _step(opt, variables)
         graph = step.get_concrete_function(
             [tf.TensorSpec([3, 4])] * 2).graph
-        requested = opt._gradient_reports().requested
+        requested = lso_lib.gradient_reports(opt).requested
         captured = [t for t in graph.captures
                     if t[0] is requested.handle]
         self.assertEmpty(captured)
@@ -214,8 +215,8 @@ class RecordTest(tf.test.TestCase, parameterized.TestCase):
                          tf.Variable(tf.zeros([]), name="b")]
             opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.0),
                                             initial_scale=2**10)
-        opt._gradient_reports().enabled = True
-        opt._gradient_reports().requested.assign(True)
+        lso_lib.gradient_reports(opt).enabled = True
+        lso_lib.gradient_reports(opt).requested.assign(True)
         per_replica = [2.0**-30, 2.0**-20]
 
         def replica_step():
@@ -224,7 +225,7 @@ class RecordTest(tf.test.TestCase, parameterized.TestCase):
                 [tf.stack([0.0, g, 1.0, 3.0]), tf.constant(0.5)], variables))
 
         tf.function(lambda: strategy.run(replica_step))()
-        report = opt._last_gradient_report()
+        report = lso_lib.last_gradient_report(opt)
         # The summed gradients, as they are applied.
         summed = [np.array([0.0, sum(per_replica), 2.0, 6.0]), np.array(1.0)]
         zero, below, headroom, size = _expected(summed, 1024.0)
@@ -303,7 +304,7 @@ class MonitorTest(tf.test.TestCase, parameterized.TestCase):
         history = model.fit(*_data(), batch_size=8, verbose=0,
                             callbacks=[monitor])
         self.assertNotIn("gradient_zero_share", history.history)
-        self.assertFalse(opt._gradient_reports().enabled)
+        self.assertFalse(lso_lib.gradient_reports(opt).enabled)
         for value in (0, 1.5, "2"):
             with self.assertRaisesRegex((ValueError, TypeError),
                                         "gradient_report_freq"):
@@ -318,7 +319,7 @@ class MonitorTest(tf.test.TestCase, parameterized.TestCase):
         monitor = tf_lso.callbacks.LossScaleMonitor(gradient_report_freq=1)
         model.fit(x, y, batch_size=8, verbose=0, callbacks=[monitor])
         self.assertIsNotNone(monitor.last_gradient_report)
-        self.assertEqual(test_util.num(opt._gradient_reports().step), 7)
+        self.assertEqual(test_util.num(lso_lib.gradient_reports(opt).step), 7)
 
 
 class MoreTest(tf.test.TestCase):
@@ -345,11 +346,11 @@ class MoreTest(tf.test.TestCase):
             variables = [tf.Variable(tf.zeros([3]), name="w")]
             opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.0),
                                             initial_scale=2)
-        opt._gradient_reports().enabled = True
-        opt._gradient_reports().requested.assign(True)
+        lso_lib.gradient_reports(opt).enabled = True
+        lso_lib.gradient_reports(opt).requested.assign(True)
         strategy.run(lambda: opt.apply_gradients(
             [(tf.constant([0.0, 2.0**-20, 1.0]), variables[0])]))
-        report = opt._last_gradient_report()
+        report = lso_lib.last_gradient_report(opt)
         # Summed over two replicas, at scale 2: 0, 2**-18, 4.
         self.assertAllClose(report.zero_share, [1 / 3])
         self.assertAllClose(report.below_normal_share, [2 / 3])

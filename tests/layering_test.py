@@ -253,3 +253,71 @@ def test_the_architecture_page_maps_every_module():
     for folder in ("gradients", "scaling", "inner", "kinds", "optimizer",
                    "legacy_api", "tf_lso_migration", "rules"):
         assert f"{folder}/" in folder_map, folder
+
+
+def _private(name):
+    return name.startswith("_") and not (
+        name.startswith("__") and name.endswith("__"))
+
+
+def private_seams(sources):
+    """Uses of a private name that another module defines.
+
+    `sources` maps module names to their source. A name is private if it
+    starts with one underscore; a module "defines" the names it binds (def,
+    class, assignment, attribute assignment). A use is a `from ... import`
+    or an attribute read, except through `self` or `cls`: a class's own and
+    inherited members are the class's business, not a seam between modules.
+    A private name that no module of ours defines belongs to TensorFlow or
+    Keras, which compat.py alone reaches (see its tests).
+
+    Returns:
+        Sorted `(module, name, defining modules)` triples.
+    """
+    defined, used = {}, {}
+    for module, source in sources.items():
+        defined[module], used[module] = set(), set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.ClassDef)):
+                defined[module].add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx,
+                                                           ast.Store):
+                defined[module].add(node.id)
+            elif isinstance(node, ast.Attribute):
+                if isinstance(node.ctx, ast.Store):
+                    defined[module].add(node.attr)
+                elif not (isinstance(node.value, ast.Name)
+                          and node.value.id in ("self", "cls")):
+                    used[module].add(node.attr)
+            elif isinstance(node, ast.ImportFrom):
+                used[module].update(alias.name for alias in node.names)
+    found = []
+    for module, names in used.items():
+        for name in sorted(filter(_private, names - defined[module])):
+            owners = sorted(m for m in defined if name in defined[m])
+            if owners:
+                found.append((module, name, tuple(owners)))
+    return sorted(found)
+
+
+def test_the_private_seam_check_catches_a_private_seam():
+    sources = {
+        "a": "def _helper(): pass\nclass A:\n    def _own(self): pass\n",
+        "b": "import a\na._helper()\n",
+        "c": "from a import _helper\n",
+        "d": "class D(A):\n    def f(self):\n        return self._own()\n",
+        "e": "def f(x):\n    return x._keras_private\n",
+    }
+    assert private_seams(sources) == [("b", "_helper", ("a",)),
+                                      ("c", "_helper", ("a",))]
+
+
+def test_no_module_of_the_runtime_uses_another_ones_private_names():
+    # compat.py calls TensorFlow's and Keras's private APIs, some of which
+    # share a name with the Trackable methods tf_lso's classes implement
+    # (`_trackable_children`, ...): those are TensorFlow's, not seams.
+    sources = {module_name(path): path.read_text()
+               for path in (PACKAGE / "_src").rglob("*.py")
+               if path.name != "compat.py"}
+    assert private_seams(sources) == []

@@ -7,6 +7,7 @@ from typing import Any
 
 import keras
 
+from tf_lso._src.optimizer import loss_scale_optimizer as lso_lib
 from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import validation
 
@@ -151,7 +152,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
                 "tf_lso.experimental.LossScaleOptimizer(...)."
             )
         if self.gradient_report_freq is not None:
-            reports = optimizer._gradient_reports()
+            reports = lso_lib.gradient_reports(optimizer)
             if not reports.enabled:
                 # The step records reports only once traced with them on.
                 reports.enabled = True
@@ -163,7 +164,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         freq = self.gradient_report_freq
         self._report_requested = freq is not None and (batch + 1) % freq == 0
         if self._report_requested:
-            self._optimizer()._gradient_reports().requested.assign(True)
+            lso_lib.gradient_reports(self._optimizer()).requested.assign(True)
 
     def _log(self, logs: dict[str, Any] | None) -> None:
         optimizer = self._optimizer()
@@ -212,7 +213,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         """Logs every `update_freq` batches; checks for a stuck run."""
         if self._report_requested:
             self.last_gradient_report = (
-                self._optimizer()._last_gradient_report())
+                lso_lib.last_gradient_report(self._optimizer()))
             if logs is not None:
                 self._log_report(logs)
         if (isinstance(self.update_freq, int)  # not "epoch"
@@ -228,7 +229,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
         if skipped == self._skipped_at_last_check:
             return  # No step skipped since a check that found none stuck.
         self._skipped_at_last_check = skipped
-        message = optimizer._overflow.stop_message(
+        message = lso_lib.overflow_record(optimizer).stop_message(
             self.max_consecutive_skips,
             training_health.host_int(optimizer.iterations),
             self.stop_on_nonfinite_loss)

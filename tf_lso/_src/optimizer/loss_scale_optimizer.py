@@ -301,14 +301,6 @@ class LossScaleOptimizer(
             packing.pack(grads), 1.0 if scaled else scale)
         return training_health.host_report(scale, names, statistics)
 
-    def _gradient_reports(self):
-        """The step's `GradientReportRecord` (`LossScaleMonitor` uses it)."""
-        return self._step.report
-
-    def _last_gradient_report(self):
-        """The report stored by the last requested step, or None. Eager."""
-        return self._step.report.last(self._overflow._names)
-
     @property
     def initial_scale(self) -> float | None:
         """The initial loss scale (a Python float); None if `dynamic` is."""
@@ -619,3 +611,25 @@ class LossScaleOptimizer(
         # Keywords, so that a subclass whose __init__ takes **kwargs and
         # forwards them (as Horovod-style wrappers do) round-trips.
         return cls(inner_optimizer=inner_optimizer, **config)
+
+
+# What `LossScaleMonitor` (callbacks.py) reads of an optimizer, beyond its
+# public properties: seams of this package, not the optimizer's API.
+
+
+def gradient_reports(
+        optimizer: LossScaleOptimizer) -> training_health.GradientReportRecord:
+    """The step's `GradientReportRecord`: turned on and asked by the monitor."""
+    return optimizer._step.report
+
+
+def last_gradient_report(
+        optimizer: LossScaleOptimizer) -> training_health.GradientReport | None:
+    """The report stored by the last requested step, or None. Eager."""
+    return optimizer._step.report.last(optimizer._overflow.variable_names)
+
+
+def overflow_record(
+        optimizer: LossScaleOptimizer) -> training_health.OverflowRecord:
+    """The optimizer's `OverflowRecord` (the monitor's stop message)."""
+    return optimizer._overflow

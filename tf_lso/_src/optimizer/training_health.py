@@ -237,14 +237,14 @@ class OverflowRecord(tf.Module):
         self.loss_skips = state(0, tf.int64, "nonfinite_loss_skips")
         # One tuple of variable names per distinct `apply_gradients` list;
         # a record stores which one its indices refer to.
-        self._names: list[tuple[str, ...]] = []
+        self.variable_names: list[tuple[str, ...]] = []
 
     def names_id_for(self, var_list: Iterable[Any]) -> int:
         """A Python int identifying the names of `var_list`."""
         names = tuple(variable_name(v) for v in var_list)
-        if names not in self._names:
-            self._names.append(names)
-        return self._names.index(names)
+        if names not in self.variable_names:
+            self.variable_names.append(names)
+        return self.variable_names.index(names)
 
     def record(self, nonfinite: tf.Tensor, step: tf.Tensor, names_id: int,
                scale: tf.Tensor,
@@ -299,7 +299,7 @@ class OverflowRecord(tf.Module):
     def _offending(self, names_id: int) -> tf.Tensor:
         """The names the record holds (of the variables whose gradients
         were not finite), joined by ", ": a string tensor."""
-        names = tf.constant(self._names[names_id])
+        names = tf.constant(self.variable_names[names_id])
         return tf.strings.reduce_join(
             tf.gather(names, tf.boolean_mask(self.indices, self.indices >= 0)),
             separator=", ")
@@ -406,7 +406,7 @@ class OverflowRecord(tf.Module):
         step = int(self.step.numpy())
         if step < 0:
             return None
-        names = self._names[int(self.names_id.numpy())]
+        names = self.variable_names[int(self.names_id.numpy())]
         variables = tuple(names[i] for i in self.indices.numpy() if i >= 0)
         return Overflow(step, int(self.count.numpy()), variables,
                         int(self.consecutive.numpy()),
