@@ -1,10 +1,12 @@
 """The TensorFlow/Keras pairs tf_lso supports, each a nox session.
 
-    nox -t ci      # lint, the migration tool without TensorFlow, the
-                   # packages as installed, then the oldest and the newest
-                   # pair, on both routes (the README's test command)
+    nox -t ci      # lint, the type check, the migration tool without
+                   # TensorFlow, the packages as installed, then the oldest
+                   # and the newest pair, on both routes (the README's test
+                   # command)
     nox -s tests   # every pair of the matrix
     nox -s lint    # ruff (configured in ruff.toml)
+    nox -s typecheck  # mypy (configured in pyproject.toml), no TensorFlow
     nox -s checker # `python -m tf_lso check` and its tests, no TensorFlow
     nox -s legacy_keras  # the legacy-Keras route (TF_USE_LEGACY_KERAS=1)
     nox -s package # wheel + sdist, twine check, a clean install's smoke test
@@ -28,8 +30,10 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "checker", "package", "tests", "legacy_keras"]
+nox.options.sessions = ["lint", "typecheck", "checker", "package", "tests",
+                        "legacy_keras"]
 RUFF = "ruff==0.16.9"
+MYPY = "mypy==2.4.1"
 
 # (TensorFlow, Keras, tf_keras, tags). Every TensorFlow minor version from 2.16
 # to 2.21 with the lowest Keras it accepts (3.8 at least: see MIN_KERAS in
@@ -53,6 +57,21 @@ def lint(session):
     """Lints the whole tree with ruff (ruff.toml); seconds, before any test."""
     session.install(RUFF)
     session.run("ruff", "check", ".")
+
+
+@nox.session(python="3.11", tags=["ci"])
+def typecheck(session):
+    """Type-checks tf_lso and tf_lso_migration with a pinned mypy.
+
+    Configured in pyproject.toml ([tool.mypy]). Only mypy is installed:
+    TensorFlow, Keras, tf_keras and LibCST ship no types (and TensorFlow
+    installs about 2 GB), so the configuration takes their names, and
+    NumPy's, as `Any` whether or not they are installed; the session takes
+    seconds and every run agrees. Every annotated function is checked; the
+    bodies of unannotated ones are not.
+    """
+    session.install(MYPY)
+    session.run("mypy", *session.posargs)
 
 
 # The migration tool's tests; the rest of the suite needs TensorFlow.

@@ -88,6 +88,16 @@ def test_ci_lints_first_with_a_pinned_ruff():
     assert (ROOT / "ruff.toml").exists()
 
 
+def test_ci_type_checks_both_packages_with_a_pinned_mypy():
+    text = (ROOT / "noxfile.py").read_text()
+    assert '@nox.session(python="3.11", tags=["ci"])\ndef typecheck(' in text
+    assert re.search(r'MYPY = "mypy==\d+\.\d+\.\d+"', text)
+    config = (ROOT / "pyproject.toml").read_text()
+    files = re.search(r"^\[tool\.mypy\]\n(?:.*\n)*?files = (\[.*\])$", config,
+                      re.M)
+    assert ast.literal_eval(files.group(1)) == ["tf_lso", "tf_lso_migration"]
+
+
 def _python_floor():
     text = (ROOT / "setup.py").read_text()
     return _minor(re.search(r'python_requires=">=([\d.]+)"', text).group(1))
