@@ -147,6 +147,18 @@ def test_keras_optimizer_variable_index_hooks():
     assert list(compat.keras_trainable_variables(optimizer)) == [a, b]
 
 
+def test_keras_set_trainable_variables_hook():
+    import keras
+
+    # Keras's own `apply()` without variables updates what the hook set.
+    optimizer = keras.optimizers.SGD(1.0)
+    a, b = tf.Variable(1.0), tf.Variable(2.0)
+    optimizer.build([a, b])
+    compat.keras_set_trainable_variables(optimizer, [b, a])
+    optimizer.apply([tf.constant(1.0), tf.constant(0.0)])
+    assert (float(a), float(b)) == (1.0, 1.0)
+
+
 def test_keras_apply_without_all_reduce_hook():
     import keras
 

@@ -251,6 +251,17 @@ def keras_trainable_variables(optimizer: Any) -> list[Any]:
     return optimizer._trainable_variables
 
 
+def keras_set_trainable_variables(optimizer: Any, var_list: list[Any]) -> None:
+    """Records the variables a Keras 3 optimizer was built for.
+
+    Private hook: `BaseOptimizer._trainable_variables` (Keras 3.8 to 3.15),
+    which Keras's own code reads off any optimizer (`apply()` without
+    variables, `SwapEMAWeights`); a loss scale optimizer builds without
+    Keras's `build`, so it sets it itself.
+    """
+    optimizer._trainable_variables = list(var_list)
+
+
 def keras_check_variables_are_known(optimizer: Any,
                                     var_list: Iterable[Any]) -> None:
     """Raises Keras 3's ValueError for variables a built optimizer lacks.

@@ -11,6 +11,7 @@ from typing import NoReturn
 import keras
 import tensorflow as tf
 
+from tf_lso._src import compat
 from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
 from tf_lso._src.inner import forwarding
@@ -318,7 +319,7 @@ class LossScaleOptimizer(
             var_list: The trainable variables the optimizer will update.
         """
         self._inner.build(list(var_list))
-        self._trainable_variables = list(var_list)
+        compat.keras_set_trainable_variables(self, var_list)
         self.built = True
 
     def finalize_variable_values(self, var_list: Sequence[tf.Variable]) -> None:
@@ -465,7 +466,7 @@ class LossScaleOptimizer(
                     "optimizer. Call `optimizer.build(variables)` first or "
                     "pass `trainable_variables`."
                 )
-            trainable_variables = self._trainable_variables
+            trainable_variables = compat.keras_trainable_variables(self)
         self._keras_scaled_loss = False
         self._step(grads, trainable_variables, None, True, True)
 
