@@ -493,6 +493,17 @@ class NewKindTest(tf.test.TestCase, parameterized.TestCase):
                                     r"ToyKind, but got: 1 of type int"):
             tf_lso.LossScaleOptimizer(1)
 
+    def test_messages_that_list_kinds_list_it(self):
+        with self.assertRaisesRegex(ValueError, r"and wraps .*legacy "
+                                    r"optimizer\) or ToyKind\."):
+            tf_lso.experimental.enable_mixed_precision_graph_rewrite(1)
+        with tf.Graph().as_default():
+            opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD())
+            with self.assertRaisesRegex(
+                    RuntimeError, r"must be a tf_keras legacy optimizer "
+                    r"\(`tf_keras.optimizers.legacy.Optimizer`\) or ToyKind: "):
+                opt.apply_gradients([(tf.constant(1.0), tf.Variable(1.0))])
+
     @test_util.EAGER_AND_FUNCTION
     def test_trains_skips_and_round_trips(self, use_tf_function):
         opt = tf_lso.LossScaleOptimizer(ToyOptimizer(0.5), initial_scale=4,

@@ -7,8 +7,10 @@ covers its whole life: which optimizers and which configs are its own, build,
 apply, skip, slots, checkpoint children, serialize and deserialize. Kinds
 register themselves with `@register`; `wrap` and `deserialize` choose among
 them, here and nowhere else, so `LossScaleOptimizer` never asks which kind it
-holds. tf_keras is optional and never imported here (see
-`compat.tf_keras_module`).
+holds: the most specific kind that takes the optimizer (the config), as the
+kinds declare it (`more_specific_than`). tf_keras is optional and never
+imported here (see `compat.tf_keras_module`). `ScheduledLearningRate` is the
+inner optimizer's learning rate as a tensor, when it follows a schedule.
 
 Adding a kind is one module in `kinds/` (see docs/architecture.md).
 """
@@ -49,7 +51,9 @@ class InnerOptimizer(abc.ABC):
     noun: typing.ClassVar[str | None] = None
 
     #: What the kind accepts, for the error that lists every kind. By
-    #: default `optimizer_class (noun)`, or the class name without those.
+    #: default `optimizer_class (noun)` if the class sets `optimizer_class`
+    #: itself, else None: the messages then show the class name (a kind
+    #: inherits no other kind's description).
     description: typing.ClassVar[str | None] = None
 
     #: The kinds this one is more specific than: every optimizer (config)
@@ -70,9 +74,10 @@ class InnerOptimizer(abc.ABC):
 
     def __init_subclass__(cls, **kwargs: typing.Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "description" not in cls.__dict__ and cls.optimizer_class:
-            cls.description = (f"{cls.optimizer_class} ({cls.noun})"
-                               if cls.noun else cls.optimizer_class)
+        if "description" not in cls.__dict__:
+            own = cls.__dict__.get("optimizer_class")
+            cls.description = (None if not own else
+                               f"{own} ({cls.noun})" if cls.noun else own)
 
     def __init__(self, optimizer: typing.Any) -> None:
         self.optimizer = optimizer
@@ -153,7 +158,9 @@ class InnerOptimizer(abc.ABC):
         """
         if self.runs_in_v1_graph or not replicas.in_v1_graph():
             return
-        accepted = [kind for kind in kinds() if kind.runs_in_v1_graph]
+        kinds()  # The built-in ones, registered on first use.
+        # In the order of registration, as `describe_kinds`.
+        accepted = [kind for kind in _kinds if kind.runs_in_v1_graph]
         # E.g. "a tf_keras legacy optimizer (`tf_keras.optimizers.legacy.
         # Optimizer`)", TF 2.x's OptimizerV2, as TF 2.4 wrapped.
         wanted = _or([f"{kind.noun} ({kind.optimizer_class})" if kind.noun
@@ -456,7 +463,8 @@ def kind_of(optimizer: typing.Any) -> type[InnerOptimizer] | None:
 
 
 def _or(items: list[str]) -> str:
-    """`"a, b or c"`."""
+    """`"a, b or c"` (each item once)."""
+    items = list(dict.fromkeys(items))
     if len(items) < 2:
         return "".join(items)
     return f"{', '.join(items[:-1])} or {items[-1]}"
