@@ -104,14 +104,13 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         iterations = tf.identity(optimizer.iterations)  # Before this step.
         skipped = 0 if self.skipped_steps is None else self.skipped_steps
         first = tf.equal(iterations, tf.cast(skipped, iterations.dtype))
-        steps = optimizer.gradient_accumulation_steps
+        steps = self.accumulation_steps
         if not steps:
             with compat.keras_apply_without_ema(optimizer):
                 result = self._apply(grads_and_vars, aggregate)
             self._update_moving_averages(iterations, first)
             return result
-        counter = compat.keras_step_counter(optimizer)
-        window_end = tf.equal((counter + 1) % steps, 0)
+        window_end = self._is_window_end()
 
         def at_window_end(updates):
             def run():
@@ -178,14 +177,16 @@ class KerasInner(inner_optimizer.InnerOptimizer):
     def accumulation_window(self, var_list):
         # `is_window_end` is True when this `apply` call ends a window and
         # updates the variables; `accumulators` hold the window's sums.
-        steps = self.accumulation_steps
-        if not steps:
+        if not self.accumulation_steps:
             return None
-        counter = compat.keras_step_counter(self.optimizer)
-        is_window_end = tf.equal((counter + 1) % steps, 0)
-        return is_window_end, compat.keras_gradient_accumulators(
+        return self._is_window_end(), compat.keras_gradient_accumulators(
             self.optimizer, var_list
         )
+
+    def _is_window_end(self):
+        """Whether this `apply` call ends a gradient accumulation window."""
+        counter = compat.keras_step_counter(self.optimizer)
+        return tf.equal((counter + 1) % self.accumulation_steps, 0)
 
     def checkpoint_child(self, name: str) -> typing.Any:
         child = super().checkpoint_child(name)
