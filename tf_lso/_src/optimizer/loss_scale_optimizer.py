@@ -42,7 +42,6 @@ class LossScaleOptimizer(
     It is an instance of Keras 3's `LossScaleOptimizer`, so `model.compile`
     never wraps it a second time.
 
-    Args:
     The constructor takes TF 2.4's arguments (positionally too) and Keras
     3's keywords (`initial_scale`, `dynamic_growth_steps`, `name`); Keras 3
     configs load with `from_config`.
