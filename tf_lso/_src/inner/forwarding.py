@@ -25,7 +25,7 @@ from tf_lso._src.inner import inner_optimizer
 class _CallableList(list):
     """A list that can also be called, for both `opt.variables` spellings."""
 
-    def __call__(self):
+    def __call__(self) -> list:
         return list(self)
 
 
@@ -92,7 +92,7 @@ class InnerOptimizerForwarding:
         return self._inner.optimizer
 
     @property
-    def _optimizer(self):
+    def _optimizer(self) -> Any:
         # TF's LossScaleOptimizer kept the inner optimizer here, and TF 2.x
         # code reads it (`python -m tf_lso check` suggests inner_optimizer).
         return self._inner.optimizer
@@ -126,7 +126,7 @@ class InnerOptimizerForwarding:
         return self.learning_rate
 
     @lr.setter
-    def lr(self, value):
+    def lr(self, value: Any) -> None:
         self.learning_rate = value
 
     @property
@@ -135,14 +135,14 @@ class InnerOptimizerForwarding:
         return self._inner.iterations
 
     @iterations.setter
-    def iterations(self, value):
+    def iterations(self, value: Any) -> None:
         if _is_wrapping(self):
             self._inner.set_iterations(value)
 
-    def _forwards(self, name):
+    def _forwards(self, name: str) -> bool:
         return name in self._forwarded_names
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: a hyperparameter, or an
         # error that says what is forwarded.
         if self._forwards(name):
@@ -158,7 +158,7 @@ class InnerOptimizerForwarding:
             f"'{type(self).__name__}' object has no attribute '{name}'.{hint}"
         )  # Python's own wording first: code may match it.
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         # A hyperparameter of the inner optimizer is set there.
         if (
             self._forwards(name)
@@ -169,7 +169,7 @@ class InnerOptimizerForwarding:
             return
         super().__setattr__(name, value)
 
-    def __dir__(self):
+    def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | self._forwarded_names)
 
     @property

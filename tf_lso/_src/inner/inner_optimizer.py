@@ -260,7 +260,7 @@ class InnerOptimizer(abc.ABC):
         del position, slot_name, variable, kwargs  # No named slots.
         return None
 
-    def finalize(self, var_list: list) -> None:
+    def finalize(self, var_list: typing.Sequence[typing.Any]) -> None:
         """End-of-training hook (Keras 3 EMA)."""
         finalize = getattr(self.optimizer, "finalize_variable_values", None)
         if finalize is not None:

@@ -13,6 +13,7 @@ import typing
 import keras
 
 from tf_lso._src import compat
+from tf_lso._src.gradients import packing
 from tf_lso._src.inner import inner_optimizer
 
 
@@ -90,17 +91,19 @@ class TfKerasInner(TfKerasKind):
             optimizer, optimizers.Optimizer) and not isinstance(
             optimizer, optimizers.legacy.Optimizer)
 
-    def build(self, var_list):
+    def build(self, var_list: list) -> None:
         self.optimizer.build(var_list)  # A no-op once built.
 
-    def check_variables(self, var_list):
+    def check_variables(self, var_list: list) -> None:
         compat.tf_keras_check_variables_are_known(self.optimizer, var_list)
 
-    def aggregated(self, packed, var_list):
+    def aggregated(self, packed: packing.Packed,
+                   var_list: list) -> tuple[packing.Packed, bool]:
         return inner_optimizer.aggregated_by(
             self.optimizer.aggregate_gradients, packed, var_list), False
 
-    def apply(self, grads_and_vars, name, aggregate):
+    def apply(self, grads_and_vars: list, name: str | None,
+              aggregate: bool) -> typing.Any:
         # Only a name that was given: tf_keras's own wrapper passes none,
         # and subclasses' apply_gradients overrides need not take one.
         kwargs = {} if name is None else {"name": name}
@@ -127,44 +130,48 @@ class TfKerasLegacyInner(TfKerasKind):
         return optimizers is not None and isinstance(
             optimizer, optimizers.legacy.Optimizer)
 
-    def build(self, var_list):
+    def build(self, var_list: list) -> None:
         compat.legacy_create_all_weights(self.optimizer, var_list)
 
-    def check_variables(self, var_list):
+    def check_variables(self, var_list: list) -> None:
         del var_list  # OptimizerV2 updates any variable.
 
-    def aggregated(self, packed, var_list):
+    def aggregated(self, packed: packing.Packed,
+                   var_list: list) -> tuple[packing.Packed, bool]:
         return inner_optimizer.aggregated_by(
             lambda pairs: compat.legacy_aggregate_gradients(self.optimizer,
                                                             pairs),
             packed, var_list), False
 
-    def apply(self, grads_and_vars, name, aggregate):
+    def apply(self, grads_and_vars: list, name: str | None,
+              aggregate: bool) -> typing.Any:
         return self.optimizer.apply_gradients(
             grads_and_vars, name=name,
             experimental_aggregate_gradients=aggregate,
         )
 
-    def variables(self):
+    def variables(self) -> list[typing.Any]:
         return list(self.optimizer.variables())
 
-    def get_weights(self):
+    def get_weights(self) -> list[typing.Any]:
         # In a tf.compat.v1 graph too (through the default session).
         return self.optimizer.get_weights()
 
-    def hyperparameter_names(self):
+    def hyperparameter_names(self) -> frozenset[str]:
         # Exactly what TF 2.4 forwarded; the config's values are variable
         # reads, which can be empty while the first step is traced.
         return compat.legacy_hyperparameter_names(self.optimizer)
 
-    def slot_names(self):
+    def slot_names(self) -> list[str]:
         return self.optimizer.get_slot_names()
 
-    def slot_owner(self, method):
+    def slot_owner(self, method: str) -> typing.Any:
         del method
         return self.optimizer
 
-    def create_or_restore_slot(self, position, slot_name, variable, **kwargs):
+    def create_or_restore_slot(self, position: typing.Any, slot_name: str,
+                               variable: typing.Any,
+                               **kwargs: typing.Any) -> typing.Any:
         return compat.create_or_restore_slot(
             self.optimizer, position, slot_name, variable, **kwargs
         )
