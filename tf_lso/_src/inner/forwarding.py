@@ -4,7 +4,7 @@
 properties forward what every optimizer has (learning rate, clipping,
 iterations, variables, slots). The inner optimizer's hyperparameters are
 forwarded too: the names in `_forwarded_names`, a frozenset built once, when the
-inner optimizer is wrapped (`_start_forwarding`): the numeric entries of its
+inner optimizer is wrapped (`start_forwarding`): the numeric entries of its
 `get_config()` (Adam's `beta_1`, `epsilon`, ...), as TF 2.4 forwarded its
 `_hyper` dict (a tf_keras legacy optimizer's own `_hyper` keys); flags such
 as SGD's `nesterov` are not.
@@ -77,10 +77,6 @@ class InnerOptimizerForwarding:
 
     #: The `InnerOptimizer`, set by `start_forwarding`.
     _inner: inner_optimizer.InnerOptimizer
-
-    def _start_forwarding(self, inner: inner_optimizer.InnerOptimizer) -> None:
-        """`start_forwarding(self, inner)` (kept until its caller moves)."""
-        start_forwarding(self, inner)
 
     #: The inner optimizer's attributes that read and write through (its
     #: hyperparameters), fixed when it is wrapped.

@@ -125,7 +125,7 @@ class LossScaleOptimizer(
                       stop_on_nonfinite_loss=False):
         # Keras requires its constructor first. It assigns defaults such as
         # `clipnorm=None`, which the forwarded properties ignore until
-        # `_start_forwarding`, last.
+        # `forwarding.start_forwarding`, last.
         keras.optimizers.Optimizer.__init__(self, learning_rate=0.0,
                                             name=name)
         # Only a name that was passed is configuration (as in TF 2.4's
@@ -141,7 +141,7 @@ class LossScaleOptimizer(
         self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow,
                                           self._seen_losses, self._handed_out)
         self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
-        self._start_forwarding(inner)
+        forwarding.start_forwarding(self, inner)
         inner_lib.claim(inner)
 
     # -- Loss scale state ---------------------------------------------------
