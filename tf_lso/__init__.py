@@ -48,7 +48,7 @@ if typing.TYPE_CHECKING:  # What type checkers and IDEs read.
     from tf_lso._src.optimizer.training_health import Overflow
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> typing.Any:
     source = _SOURCES.get(name)
     if source is None:
         raise AttributeError(f"module 'tf_lso' has no attribute {name!r}")
@@ -59,16 +59,16 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def _require_runtime():
+def _require_runtime() -> None:
     """Raises an ImportError saying what to install, unless TF/Keras fit."""
     importlib.import_module("tf_lso._src.version_gate")
 
 
-def _import_runtime_if_usable():
+def _import_runtime_if_usable() -> None:
     if sys.argv[:1] == ["-m"]:
         # A start-up optimisation only: `python -m tf_lso ...` (Python sets
         # argv[0] to "-m" while it imports the package of the module to

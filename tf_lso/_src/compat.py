@@ -251,7 +251,8 @@ def keras_trainable_variables(optimizer: Any) -> list[Any]:
     return optimizer._trainable_variables
 
 
-def keras_set_trainable_variables(optimizer: Any, var_list: list[Any]) -> None:
+def keras_set_trainable_variables(optimizer: Any,
+                                  var_list: Iterable[Any]) -> None:
     """Records the variables a Keras 3 optimizer was built for.
 
     Private hook: `BaseOptimizer._trainable_variables` (Keras 3.8 to 3.15),

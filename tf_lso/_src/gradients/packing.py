@@ -7,8 +7,11 @@ other replicas: every collective is in `replicas`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
 from typing import Optional
 from typing import Union
 
@@ -21,20 +24,20 @@ from tf_lso._src import compat
 Gradient = Optional[Union[tf.Tensor, tf.IndexedSlices]]
 
 
-def _dense_values(grad):
+def _dense_values(grad: Gradient) -> tf.Tensor | None:
     """The tensor whose entries must be finite: `.values` for IndexedSlices."""
     if isinstance(grad, tf.IndexedSlices):
         return grad.values
     return grad
 
 
-def present_tensors(grads):
+def present_tensors(grads: Any) -> list[tf.Tensor]:
     """Flattens any nest of gradients, dropping `None` entries."""
     flat = tf.nest.flatten(grads)
     return [_dense_values(g) for g in flat if g is not None]
 
 
-def local_nonfinite(grads):
+def local_nonfinite(grads: Any) -> tf.Tensor:
     """Returns a float32 scalar: 0 if every gradient is finite, else 1.
 
     `None` gradients are ignored and an empty structure counts as finite.
@@ -44,7 +47,7 @@ def local_nonfinite(grads):
     return nonfinite(pack(present_tensors(grads)).values)
 
 
-def nonfinite(tensors):
+def nonfinite(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
     """`local_nonfinite` of tensors that are packed already (`Packed.values`)."""
     if not tensors:
         return tf.constant(0.0)
@@ -53,7 +56,8 @@ def nonfinite(tensors):
     return 1.0 - tf.cast(all_finite, tf.float32)
 
 
-def check_grads_and_vars(grads, var_list):
+def check_grads_and_vars(grads: Sequence[Gradient],
+                         var_list: Sequence[tf.Variable]) -> None:
     """Raises before any state changes if an apply could not succeed.
 
     Args:
@@ -103,11 +107,11 @@ def check_grads_and_vars(grads, var_list):
             )
 
 
-def _shape(shape):
+def _shape(shape: Any) -> Any:
     return str(tuple(shape.as_list())) if shape.rank is not None else "unknown"
 
 
-def scale_by(value, factor):
+def scale_by(value: tf.Tensor, factor: Any) -> tf.Tensor:
     """Multiplies a tensor (any float dtype) by `factor` cast to its dtype."""
     value = tf.convert_to_tensor(value)
     return value * tf.cast(factor, value.dtype)
@@ -133,10 +137,12 @@ class HandedOut:
 
     _MAX_ENTRIES = 8  # Replica threads each trace their own; keep it small.
 
-    def __init__(self):
-        self._entries = {}
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, ...],
+                            tuple[list[Gradient], Packed]] = {}
 
-    def remember(self, grads, packed):
+    def remember(self, grads: list[Gradient],
+                 packed: Packed) -> list[Gradient]:
         """Records that `grads` is `packed.unpack()`; returns `grads`."""
         if not tf.executing_eagerly():
             if len(self._entries) >= self._MAX_ENTRIES:
@@ -144,7 +150,7 @@ class HandedOut:
             self._entries[tuple(map(id, grads))] = (grads, packed)
         return grads
 
-    def take(self, grads):
+    def take(self, grads: Sequence[Gradient]) -> Packed | None:
         """The `Packed` that `grads` was handed out from, or None."""
         entry = self._entries.pop(tuple(map(id, grads)), None)
         if entry is None or any(a is not b for a, b in zip(entry[0], grads)):
@@ -159,7 +165,7 @@ class HandedOut:
 PACK_MAX_ELEMENTS = 2**14
 
 
-def _stackable(grad):
+def _stackable(grad: Gradient) -> bool:
     return (
         isinstance(grad, tf.Tensor)
         and grad.shape.is_fully_defined()
@@ -167,7 +173,7 @@ def _stackable(grad):
     )
 
 
-def overwrites(variable):
+def overwrites(variable: Any) -> bool:
     """Whether `variable`'s "gradient" is its next value, not a gradient.
 
     Keras 3's `overwrite_with_gradient` (float8 layers keep their scales and
@@ -177,14 +183,16 @@ def overwrites(variable):
     return bool(getattr(variable, "overwrite_with_gradient", False))
 
 
-class Stacked(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Stacked:
     """Where a gradient is in a `Packed`: member `position` of stack `index`."""
 
     index: int
     position: int
 
 
-class Sparse(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Sparse:
     """An `IndexedSlices`: values `values[index]`, indices and dense shape
     `aux[aux_index]`."""
 
@@ -192,7 +200,8 @@ class Sparse(NamedTuple):
     aux_index: int
 
 
-class Dense(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Dense:
     """A dense gradient kept as it is, at `values[index]`."""
 
     index: int
@@ -216,17 +225,22 @@ class Packed:
     has one `PlanEntry` per gradient: where `unpack` finds it.
     """
 
-    def __init__(self, values, aux, plan, raw=frozenset()):
+    def __init__(self, values: list[tf.Tensor],
+                 aux: list[tuple[tf.Tensor, tf.Tensor]],
+                 plan: list[PlanEntry],
+                 raw: frozenset[int] = frozenset()) -> None:
         self.values = values
         self.aux = aux
         self._plan = plan
         self.raw = raw
 
-    def _with_values(self, values, aux=None):
+    def _with_values(self, values: list[tf.Tensor],
+                     aux: list[tuple[tf.Tensor, tf.Tensor]] | None = None
+                     ) -> Packed:
         return Packed(values, self.aux if aux is None else aux, self._plan,
                       self.raw)
 
-    def scaled(self, factor):
+    def scaled(self, factor: Any) -> Packed:
         """Returns a Packed whose values are multiplied by `factor`.
 
         `factor` is cast to each value's dtype, as `scale_by` does; `raw`
@@ -237,7 +251,7 @@ class Packed:
             for i, v in enumerate(self.values)
         ])
 
-    def unscaled(self, scale):
+    def unscaled(self, scale: Any) -> Packed:
         """Returns a Packed whose values are divided by the loss scale.
 
         For scales up to `HUGE_SCALE` (all ordinary ones) each value is
@@ -251,12 +265,12 @@ class Packed:
         """
         scale = tf.convert_to_tensor(scale, tf.float32)
 
-        def ordinary():
+        def ordinary() -> list[tf.Tensor]:
             return self.scaled(1.0 / scale).values
 
         static = tf.get_static_value(scale)
 
-        def huge():
+        def huge() -> list[tf.Tensor]:
             reciprocal = 1.0 / tf.cast(scale, tf.float64)
             if static is not None and math.frexp(float(static))[0] == 0.5:
                 # 1/scale is then a float32 subnormal, and XLA would turn the
@@ -278,12 +292,12 @@ class Packed:
             values = tf.cond(scale > HUGE_SCALE, huge, ordinary)
         return self._with_values(list(values))
 
-    def _sparse_aux(self):
+    def _sparse_aux(self) -> dict[int, int]:
         """{index of an IndexedSlices' values: index of its aux}."""
         return {entry.index: entry.aux_index for entry in self._plan
                 if isinstance(entry, Sparse)}
 
-    def summands(self):
+    def summands(self) -> list[tf.Tensor]:
         """What a sum over replicas adds up: every value but the `raw` ones.
 
         `IndexedSlices` are whole (so that they stay sparse). See
@@ -299,7 +313,7 @@ class Packed:
             for i, value in enumerate(self.values) if i not in self.raw
         ]
 
-    def with_sums(self, sums):
+    def with_sums(self, sums: Sequence[tf.Tensor]) -> Packed:
         """A Packed whose `summands()` are replaced by `sums` (same order)."""
         sparse = self._sparse_aux()
         summed = [i for i in range(len(self.values)) if i not in self.raw]
@@ -312,7 +326,8 @@ class Packed:
             values[i] = value
         return self._with_values(values, aux)
 
-    def nonfinite_per_gradient(self, values=None):
+    def nonfinite_per_gradient(
+            self, values: Sequence[tf.Tensor] | None = None) -> tf.Tensor:
         """An int32 vector, one entry per gradient: 1 where it has an Inf/NaN.
 
         Computed on the packed values (a stack gives one flag per member with
@@ -346,7 +361,9 @@ class Packed:
         ]
         return tf.gather(tf.concat(flags, 0), tf.constant(order, tf.int32))
 
-    def per_gradient(self, reduce_fn, missing, values=None):
+    def per_gradient(self, reduce_fn: Callable[[tf.Tensor], tf.Tensor],
+                     missing: Any,
+                     values: Sequence[tf.Tensor] | None = None) -> tf.Tensor:
         """A few numbers per gradient, computed on the packed values.
 
         Like `nonfinite_per_gradient`: a stack is reduced once for all its
@@ -384,7 +401,9 @@ class Packed:
         ]
         return tf.gather(tf.concat(results, 0), tf.constant(order, tf.int32))
 
-    def unpack(self, values=None, aux=None):
+    def unpack(self, values: Sequence[tf.Tensor] | None = None,
+               aux: Sequence[tuple[tf.Tensor, tf.Tensor]] | None = None
+               ) -> list[Gradient]:
         """The gradient list, rebuilt from `values` and `aux` (or our own).
 
         Args:
@@ -397,8 +416,8 @@ class Packed:
         """
         values = self.values if values is None else values
         aux = self.aux if aux is None else aux
-        unstacked = {}
-        grads = []
+        unstacked: dict[int, list[tf.Tensor]] = {}
+        grads: list[Gradient] = []
         for entry in self._plan:
             if entry is None:
                 grads.append(None)
@@ -416,7 +435,8 @@ class Packed:
         return grads
 
 
-def pack(grads, var_list=None):
+def pack(grads: Sequence[Gradient],
+         var_list: Sequence[Any] | None = None) -> Packed:
     """Groups a flat list of gradients into a `Packed`.
 
     Args:
@@ -434,11 +454,13 @@ def pack(grads, var_list=None):
     ]
     is_raw = [False] * len(grads) if var_list is None else [
         overwrites(v) for v in var_list]
-    groups = {}
+    groups: dict[tuple[Any, tuple[Any, ...]], list[int]] = {}
     for i, g in enumerate(grads):
-        if _stackable(g) and not is_raw[i]:
+        if g is not None and _stackable(g) and not is_raw[i]:
             groups.setdefault((g.dtype, tuple(g.shape)), []).append(i)
-    values, aux, plan = [], [], [None] * len(grads)
+    values: list[tf.Tensor] = []
+    aux: list[tuple[tf.Tensor, tf.Tensor]] = []
+    plan: list[PlanEntry] = [None] * len(grads)
     for members in groups.values():
         if len(members) > 1:
             for position, i in enumerate(members):
@@ -454,6 +476,6 @@ def pack(grads, var_list=None):
         else:
             plan[i] = Dense(len(values))
             values.append(g)
-    raw = frozenset(plan[i].index for i in range(len(grads)) if is_raw[i]
-                    and grads[i] is not None)
+    raw = frozenset(entry.index for entry, raw_grad in zip(plan, is_raw)
+                    if raw_grad and entry is not None)
     return Packed(values, aux, plan, raw)

@@ -7,6 +7,12 @@ cond that every replica takes alike, and the state variables that every
 replica writes alike. Also which strategies are supported.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+
 import tensorflow as tf
 
 from tf_lso._src.gradients import packing
@@ -27,7 +33,7 @@ _TPU_STRATEGIES = (
 )
 
 
-def check_strategy_supported():
+def check_strategy_supported() -> None:
     """Raises ValueError if the current strategy cannot do loss scaling.
 
     Loss scaling needs one variable copy per compute replica, so that each
@@ -53,7 +59,7 @@ def check_strategy_supported():
     )
 
 
-def check_replica_context(method_name):
+def check_replica_context(method_name: str) -> None:
     """Raises ValueError when called in a cross-replica context."""
     if tf.distribute.in_cross_replica_context():
         raise ValueError(
@@ -62,14 +68,14 @@ def check_replica_context(method_name):
         )
 
 
-def replicas_in_sync():
+def replicas_in_sync() -> int:
     """How many replicas share each step (1 without a strategy)."""
     if not tf.distribute.has_strategy():
         return 1
     return tf.distribute.get_strategy().num_replicas_in_sync
 
 
-def create_variables(fn, *args):
+def create_variables(fn: Callable[..., Any], *args: Any) -> Any:
     """Calls `fn(*args)` once, outside any replica and any `tf.function`.
 
     For creating optimizer variables on the first step: created lazily inside
@@ -81,7 +87,7 @@ def create_variables(fn, *args):
         not tf.distribute.in_cross_replica_context()
     ):
 
-        def merge_fn(strategy, *args):
+        def merge_fn(strategy: Any, *args: Any) -> Any:
             with tf.init_scope():
                 return fn(*args)
 
@@ -91,7 +97,7 @@ def create_variables(fn, *args):
     return fn(*args)
 
 
-def summed(fn, *args):
+def summed(fn: Callable[..., tf.Tensor], *args: Any) -> tf.Tensor:
     """`fn(*args)` summed over every replica: the one cross-replica sum.
 
     Without a strategy just `fn(*args)`. In a replica context, one
@@ -111,7 +117,7 @@ def summed(fn, *args):
     return context.all_reduce(tf.distribute.ReduceOp.SUM, fn(*args))
 
 
-def all_finite(grads):
+def all_finite(grads: Any) -> tf.Tensor:
     """Returns a bool scalar tensor: True iff every replica's grads are finite.
 
     Without a distribution strategy this is a local check. In a replica
@@ -129,7 +135,7 @@ def all_finite(grads):
     return tf.equal(summed(packing.local_nonfinite, grads), 0.0)
 
 
-def all_reduced(packed):
+def all_reduced(packed: packing.Packed) -> packing.Packed:
     """Returns a `Packed` whose values are summed over all replicas.
 
     Must be called in a replica context. One `all_reduce` carries every
@@ -141,7 +147,7 @@ def all_reduced(packed):
         context.all_reduce(tf.distribute.ReduceOp.SUM, packed.summands()))
 
 
-def first_replica(value):
+def first_replica(value: Any) -> Any:
     """The first replica's copy of `value` in a cross-replica context.
 
     For values that every replica computes alike (the loss scale), passed
@@ -153,7 +159,7 @@ def first_replica(value):
     return value
 
 
-def in_v1_graph():
+def in_v1_graph() -> bool:
     """Whether ops are being added to a `tf.compat.v1` graph (a Session's).
 
     There only what a fetched op depends on runs, and nothing orders
@@ -164,7 +170,9 @@ def in_v1_graph():
     return not tf.executing_eagerly() and not tf.inside_function()
 
 
-def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
+def cond_on_all_replicas(pred: bool | tf.Tensor, true_fn: Callable[..., Any],
+                         false_fn: Callable[..., Any], args: Sequence[Any],
+                         false_args: Sequence[Any] = ()) -> Any:
     """Runs `true_fn(*args)` on every replica if `pred`, else `false_fn`.
 
     `pred` must have the same value on every replica (`all_finite`
@@ -189,7 +197,7 @@ def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
                              lambda: false_fn(*false_args))
     split = len(args)
 
-    def merge_fn(strategy, pred, *all_args):
+    def merge_fn(strategy: Any, pred: Any, *all_args: Any) -> Any:
         pred = strategy.experimental_local_results(pred)[0]
         return _lowered_cond(
             pred,
@@ -204,7 +212,8 @@ def cond_on_all_replicas(pred, true_fn, false_fn, args, false_args=()):
     )
 
 
-def _lowered_cond(pred, true_fn, false_fn):
+def _lowered_cond(pred: tf.Tensor, true_fn: Callable[[], Any],
+                  false_fn: Callable[[], Any]) -> Any:
     """`tf.cond`, lowered to Switch/Merge ops in a graph, as TF 2.4's was.
 
     Lowered, the apply branch is part of the step's graph, so Grappler
@@ -224,16 +233,17 @@ def _lowered_cond(pred, true_fn, false_fn):
                    lambda: grouped(false_fn()))
 
 
-def _none(_):
+def _none(_: Any) -> None:
     return None
 
 
-def grouped(result):
+def grouped(result: Any) -> tf.Operation:
     """One op that runs every op or tensor in `result` (None entries skipped)."""
     return tf.group(*[t for t in tf.nest.flatten(result) if t is not None])
 
 
-def state_variable(initial_value, dtype, name):
+def state_variable(initial_value: Any, dtype: tf.DType,
+                   name: str) -> tf.Variable:
     """A non-trainable variable that every replica sets to the same value."""
     # Every replica computes the same new value (the finite check is reduced
     # across replicas first), so the first replica's write is everyone's.

@@ -414,9 +414,14 @@ def kinds() -> tuple[type[InnerOptimizer], ...]:
     if not _builtin_loaded:
         _builtin_loaded = True
         package = importlib.import_module(f"{__package__}.kinds")
+        builtin: list[type[InnerOptimizer]] = []
         for info in sorted(pkgutil.iter_modules(package.__path__),
                            key=lambda info: info.name):
-            importlib.import_module(f"{package.__name__}.{info.name}")
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            builtin += [k for k in _kinds if k.__module__ == module.__name__]
+        # The built-in kinds in their modules' order, whichever module was
+        # imported first, so that messages list them alike in any process.
+        _kinds[:] = builtin + [k for k in _kinds if k not in builtin]
     if _ordered is None:
         remaining = list(reversed(_kinds))
         ordered = []

@@ -89,7 +89,7 @@ def disable_mixed_precision_graph_rewrite() -> None:
     tf.config.optimizer.set_experimental_options({_PASS: False})
 
 
-def _check_no_mixed_policy():
+def _check_no_mixed_policy() -> None:
     """TF's ValueError if a Keras global policy is mixed precision."""
     policies = [keras.mixed_precision.global_policy()]
     tf_keras = compat.tf_keras_module()

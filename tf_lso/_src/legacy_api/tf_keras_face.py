@@ -33,7 +33,6 @@ from typing import Any
 
 from tf_lso._src import compat
 from tf_lso._src.inner import inner_optimizer as inner_lib
-from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 from tf_lso._src.optimizer import loss_scale_optimizer as v2
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
@@ -284,6 +283,11 @@ def compile_optimizer(model: Any, optimizer: Any, policy: Any = None) -> Any:
 
 
 def _is_tf_keras_kind(kind: type | None) -> bool:
+    # Imported here: the kinds' modules register their kinds when imported,
+    # and `inner_optimizer.kinds()` imports them first, in a set order
+    # (which the messages that list kinds follow).
+    from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
+
     return kind is not None and issubclass(kind, tf_keras_kinds.TfKerasKind)
 
 

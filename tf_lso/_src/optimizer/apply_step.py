@@ -27,6 +27,7 @@ one and the overflow record is updated.
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Any
 
@@ -150,7 +151,8 @@ class ApplyStep(tf.Module):
                                names_id)
 
         # 7. Apply or skip.
-        def apply_fn(values, aux, var_list):
+        def apply_fn(values: list[tf.Tensor], aux: Any,
+                     var_list: list[tf.Variable]) -> Any:
             # Every gradient must come from the branch's graph: a mix of
             # captured and branch tensors breaks the gradient of Keras 3's
             # all-reduce (a custom_gradient, used even with no strategy).
@@ -164,25 +166,35 @@ class ApplyStep(tf.Module):
         loss_flag = (tf.cast(loss_nonfinite, tf.int32) if loss_seen
                      else tf.constant(0, tf.int32))
 
-        def skip_fn(values, scale, loss_flag, *window):
+        def skip_fn(values: list[tf.Tensor], scale: tf.Tensor,
+                    loss_flag: tf.Tensor, *window: tf.Tensor) -> None:
             if not window:
-                return count_skip(values, scale, loss_flag)
+                count_skip(values, scale, loss_flag)
+                return
             # A window is dropped at its first non-finite call: the skip is
             # counted then; its later calls are dropped with it.
             first_overflow, window_end = map(replicas.first_replica, window)
-            tf.cond(first_overflow,
-                    lambda: count_skip(values, scale, loss_flag)
-                    or tf.constant(True),
-                    lambda: self._inner.skip_step() or tf.constant(False))
-            self.window_overflowed.assign(tf.logical_not(window_end))
-            return None
 
-        def nonfinite_flags(values, loss_flag):
+            def first_call() -> tf.Tensor:
+                count_skip(values, scale, loss_flag)
+                return tf.constant(True)
+
+            def later_call() -> tf.Tensor:
+                self._inner.skip_step()
+                return tf.constant(False)
+
+            tf.cond(first_overflow, first_call, later_call)
+            window_overflowed: Any = self.window_overflowed
+            window_overflowed.assign(tf.logical_not(window_end))
+
+        def nonfinite_flags(values: list[tf.Tensor],
+                            loss_flag: tf.Tensor) -> tf.Tensor:
             # The gradients' flags and the loss's, in one sum over replicas.
             return tf.concat([decision.checked.nonfinite_per_gradient(values),
                               tf.reshape(loss_flag, [1])], 0)
 
-        def count_skip(values, scale, loss_flag):
+        def count_skip(values: list[tf.Tensor], scale: tf.Tensor,
+                       loss_flag: tf.Tensor) -> None:
             # Only skipped steps pay for finding the offending variables.
             flags = replicas.summed(nonfinite_flags, values, loss_flag)
             consecutive = self._overflow.record(
@@ -277,7 +289,7 @@ class ApplyStep(tf.Module):
                         (first_overflow, window_end))
 
 
-def _one_op(fn):
+def _one_op(fn: Callable[..., None]) -> Callable[..., tf.Tensor]:
     """`fn` as a `tf.function`, for a `tf.compat.v1` graph.
 
     A cond branch there runs only what its result depends on, in no set
@@ -286,7 +298,7 @@ def _one_op(fn):
     """
 
     @tf.function(autograph=False)
-    def call(*args):
+    def call(*args: Any) -> tf.Tensor:
         fn(*args)
         return tf.constant(True)
 

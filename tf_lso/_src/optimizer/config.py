@@ -28,7 +28,7 @@ OPTIONAL_KEYS = ("name", "max_consecutive_skips", "print_overflows",
                  "stop_on_nonfinite_loss")
 
 
-def checked_config(config, class_name):
+def checked_config(config: Any, class_name: str) -> dict[str, Any]:
     """A copy of `config` after checking its keys.
 
     Keras 3's base optimizer settings, which older Keras 3 configs hold, are
@@ -130,7 +130,7 @@ class OptimizerConfig(typing.NamedTuple):
     tf24_settings: dict
     optional: dict
 
-    def as_tf24_settings(self):
+    def as_tf24_settings(self) -> dict[str, Any]:
         """`tf24_settings`, or those of TF 2.1-2.3's loss scale.
 
         Raises:
@@ -147,7 +147,7 @@ class OptimizerConfig(typing.NamedTuple):
             )
         return _tf24_settings(described)
 
-    def as_loss_scale(self):
+    def as_loss_scale(self) -> loss_scale_lib.LossScale:
         """TF 2.1-2.3's loss scale, or the one TF 2.4's settings make.
 
         The settings are validated as the TF 2.4 constructor validates them.
@@ -157,7 +157,8 @@ class OptimizerConfig(typing.NamedTuple):
         return settings.loss_scale_from_settings(**self.tf24_settings)
 
 
-def read(config, class_name="LossScaleOptimizer", custom_objects=None):
+def read(config: Any, class_name: str = "LossScaleOptimizer",
+         custom_objects: dict[str, Any] | None = None) -> OptimizerConfig:
     """Checks `config` (see `checked_config`) and reads either format.
 
     Args:
@@ -187,7 +188,8 @@ def read(config, class_name="LossScaleOptimizer", custom_objects=None):
         {k: config[k] for k in TF24_KEYS[1:] if k in config}, optional)
 
 
-def upgrade_legacy_config(config, class_name="LossScaleOptimizer"):
+def upgrade_legacy_config(config: Any, class_name: str = "LossScaleOptimizer"
+                          ) -> dict[str, Any]:
     """A config as TF 2.4's: TF 2.1-2.3's upgraded, TF 2.4's as it is.
 
     Raises:

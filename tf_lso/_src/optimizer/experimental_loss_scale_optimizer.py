@@ -21,7 +21,7 @@ from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import serialization
 
 
-def _to_loss_scale(loss_scale):
+def _to_loss_scale(loss_scale: Any) -> loss_scale_lib.LossScale:
     """The LossScale an experimental optimizer uses for `loss_scale`."""
     converted = serialization.interpret(
         loss_scale, functools.partial(serialization.fixed_loss_scale,
@@ -132,10 +132,11 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             ValueError: For values the constructor rejects, a missing
                 optimizer, or a DynamicLossScale whose multiplier is not 2.
         """
-        config = optimizer_config.read(config, cls.__name__, custom_objects)
-        loss_scale = config.as_loss_scale()
-        optimizer = inner_lib.deserialize(config.inner_optimizer,
+        read_config = optimizer_config.read(config, cls.__name__,
+                                            custom_objects)
+        optimizer = inner_lib.deserialize(read_config.inner_optimizer,
                                           custom_objects)
         # Keywords, so that subclasses forwarding **kwargs round-trip.
-        return cls(optimizer=optimizer, loss_scale=loss_scale,
-                   **config.optional)
+        return cls(optimizer=optimizer,
+                   loss_scale=read_config.as_loss_scale(),
+                   **read_config.optional)

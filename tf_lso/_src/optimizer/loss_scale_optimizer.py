@@ -21,6 +21,7 @@ from tf_lso._src.optimizer import checkpointing
 from tf_lso._src.optimizer import config as optimizer_config
 from tf_lso._src.optimizer import settings as settings_lib
 from tf_lso._src.optimizer import training_health
+from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
@@ -120,9 +121,12 @@ class LossScaleOptimizer(
         self._init_wrapper(inner, loss_scale, name, max_consecutive_skips,
                            print_overflows, stop_on_nonfinite_loss)
 
-    def _init_wrapper(self, inner, loss_scale, name=None,
-                      max_consecutive_skips=None, print_overflows=False,
-                      stop_on_nonfinite_loss=False):
+    def _init_wrapper(self, inner: inner_lib.InnerOptimizer,
+                      loss_scale: loss_scale_lib.LossScale,
+                      name: str | None = None,
+                      max_consecutive_skips: int | None = None,
+                      print_overflows: bool = False,
+                      stop_on_nonfinite_loss: bool = False) -> None:
         # Keras requires its constructor first. It assigns defaults such as
         # `clipnorm=None`, which the forwarded properties ignore until
         # `forwarding.start_forwarding`, last.
@@ -146,7 +150,7 @@ class LossScaleOptimizer(
 
     # -- Loss scale state ---------------------------------------------------
 
-    def _settings(self):
+    def _settings(self) -> settings_lib.OptimizerSettings:
         # A custom LossScale (TF 2.1-2.3 allowed them) has no TF 2.4
         # settings: whether it changes is unknown too.
         return (settings_lib.describe(self._loss_scale)
@@ -347,13 +351,13 @@ class LossScaleOptimizer(
         """
         if callable(loss):
 
-            def scaled_loss():
+            def scaled_loss() -> tf.Tensor:
                 return self._scaled(loss())
 
             return scaled_loss
         return self._scaled(loss)
 
-    def _scaled(self, loss):
+    def _scaled(self, loss: Any) -> tf.Tensor:
         # The loss before scaling: a skipped step's record says whether it
         # was finite (`last_overflow.cause`).
         loss = tf.convert_to_tensor(loss)
@@ -510,7 +514,9 @@ class LossScaleOptimizer(
         grads_and_vars = self._compute_gradients(loss, var_list, grad_loss, tape)
         return self.apply_gradients(grads_and_vars, name=name)
 
-    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+    def _compute_gradients(self, loss: Any, var_list: Any,
+                           grad_loss: Any = None, tape: Any = None
+                           ) -> list[tuple[Any, Any]]:
         if not callable(loss) and tape is None:
             raise ValueError(
                 "`tape` is required when a `Tensor` loss is passed. Pass the "
@@ -579,7 +585,7 @@ class LossScaleOptimizer(
             self._inner.serialize(), self._settings(),
             self._optional_config())
 
-    def _optional_config(self):
+    def _optional_config(self) -> dict[str, Any]:
         return optimizer_config.optional_config(
             self._given_name, self.max_consecutive_skips,
             self.print_overflows, self.stop_on_nonfinite_loss)

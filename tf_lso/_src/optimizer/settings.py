@@ -9,6 +9,7 @@ loss scale's `rule`). Keras 3's base optimizer keywords are checked here too.
 from __future__ import annotations
 
 import typing
+from typing import Any
 
 import tensorflow as tf
 
@@ -75,7 +76,7 @@ KERAS_BASE_DEFAULTS = {
 }
 
 
-def check_dynamic(dynamic):
+def check_dynamic(dynamic: Any) -> None:
     """Raises TF 2.4's TypeError unless `dynamic` is a bool.
 
     It catches TF 2.1-2.3 code that passes a loss scale as the second
@@ -93,7 +94,8 @@ def check_dynamic(dynamic):
         )
 
 
-def check_keras_keywords(kwargs, class_name="LossScaleOptimizer"):
+def check_keras_keywords(kwargs: dict[str, Any],
+                         class_name: str = "LossScaleOptimizer") -> None:
     """Raises Keras 3's ValueError for keywords a loss scale optimizer lacks.
 
     Keras 3's base optimizer arguments are accepted at their defaults only
@@ -133,8 +135,10 @@ def check_keras_keywords(kwargs, class_name="LossScaleOptimizer"):
         )
 
 
-def loss_scale_from_settings(dynamic=True, initial_scale=None,
-                             dynamic_growth_steps=None):
+def loss_scale_from_settings(
+    dynamic: Any = True, initial_scale: Any = None,
+    dynamic_growth_steps: Any = None,
+) -> loss_scale_lib.FixedLossScale | loss_scale_lib.DynamicLossScale:
     """The loss scale for TF 2.4's constructor arguments, validated.
 
     Args:
@@ -181,7 +185,8 @@ def loss_scale_from_settings(dynamic=True, initial_scale=None,
                                                    "initial_scale")
 
 
-def check_multiplier(loss_scale, source):
+def check_multiplier(loss_scale: loss_scale_lib.LossScale,
+                     source: str) -> None:
     """Rejects a DynamicLossScale that TF 2.4's arguments cannot describe.
 
     Its multiplier is then not 2 (`describe` decides); other loss scales

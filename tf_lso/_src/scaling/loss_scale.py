@@ -54,7 +54,8 @@ class FixedRule(Rule):
     value: float
     checks: bool = False
 
-    def next(self, scale, count, finite):
+    def next(self, scale: tf.Tensor, count: tf.Tensor,
+             finite: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         del finite
         return scale, count
 
@@ -74,7 +75,8 @@ class DynamicRule(Rule):
     period: int
     multiplier: float
 
-    def next(self, scale, count, finite):
+    def next(self, scale: tf.Tensor, count: tf.Tensor,
+             finite: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         should_grow = count + 1 >= self.period
         grown = scale * self.multiplier
         grow = tf.logical_and(should_grow, tf.math.is_finite(grown))
@@ -151,7 +153,7 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
         """
         return cls(**config)
 
-    def _value(self):
+    def _value(self) -> tf.Tensor:
         return self()
 
 
@@ -190,7 +192,7 @@ class FixedLossScale(LossScale):
         super().__init__()
         self._loss_scale_value = float(loss_scale_value)
 
-    def __call__(self):
+    def __call__(self) -> tf.Tensor:
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
     def update(self, grads: Any) -> tuple[tf.Operation | None, bool]:
@@ -215,7 +217,7 @@ class FixedLossScale(LossScale):
         """Returns `{'loss_scale_value': <float>}`."""
         return {"loss_scale_value": self._loss_scale_value}
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"FixedLossScale({self._loss_scale_value})"
 
 
@@ -294,14 +296,14 @@ class DynamicLossScale(LossScale):
 
     # TF's class had these private names, which TF 2.x code and tests read.
     @property
-    def _current_loss_scale(self):
+    def _current_loss_scale(self) -> tf.Variable:
         return self.current_loss_scale
 
     @property
-    def _num_good_steps(self):
+    def _num_good_steps(self) -> tf.Variable:
         return self.good_steps
 
-    def __call__(self):
+    def __call__(self) -> tf.Tensor:
         return tf.convert_to_tensor(self.current_loss_scale)
 
     def update(self, grads: Any) -> tuple[tf.Tensor | None, tf.Tensor]:
@@ -338,7 +340,7 @@ class DynamicLossScale(LossScale):
             "multiplier": self._multiplier,
         }
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         config = (
             f"initial_loss_scale={self._initial_loss_scale}, "
             f"increment_period={self._increment_period}, "
@@ -452,7 +454,7 @@ def any_positive_fixed_scale(value: Any, name: str) -> FixedLossScale:
     return instance
 
 
-def _corrupt_scale_message(value):
+def _corrupt_scale_message(value: Any) -> str:
     return (
         f"The loss scale is {value}, but a loss scale must be positive and "
         "finite. It was probably restored from a corrupt checkpoint. "

@@ -74,7 +74,7 @@ def deserialize(
             "Improper config format: expected a dict with the keys "
             f"'class_name' and 'config'. Received: {config!r}."
         )
-    classes = dict(_BUILTIN_CLASSES)
+    classes: dict[str, Any] = dict(_BUILTIN_CLASSES)
     classes.update(custom_objects or {})
     class_name = config["class_name"]
     if class_name not in classes:

@@ -7,8 +7,12 @@ calls it with a step, Keras 3 code uses it as a value) are both: callable,
 and readable as their current value.
 """
 
+from __future__ import annotations
+
 import abc
 import operator
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -26,34 +30,35 @@ class TensorLike(abc.ABC):
     shape = tf.TensorShape([])
 
     @abc.abstractmethod
-    def _value(self):
+    def _value(self) -> tf.Tensor:
         """The current value, a float32 scalar tensor."""
 
-    def numpy(self):
+    def numpy(self) -> np.ndarray:
         """Returns the current value as a NumPy float32 scalar."""
         return self._value().numpy()
 
-    def __float__(self):
+    def __float__(self) -> float:
         return float(self._value())
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         del copy  # Always a new array: the value is read each time.
         return np.asarray(self._value().numpy(), dtype=dtype)
 
-    def __format__(self, format_spec):
+    def __format__(self, format_spec: str) -> str:
         if not format_spec:
             return str(self)
         return format(float(self), format_spec)
 
-    def __neg__(self):
+    def __neg__(self) -> tf.Tensor:
         return -self._value()
 
-    def __abs__(self):
+    def __abs__(self) -> tf.Tensor:
         return abs(self._value())
 
 
-def _tensor_method(op, reflected=False):
-    def method(self, other):
+def _tensor_method(op: Callable[[Any, Any], Any],
+                   reflected: bool = False) -> Callable[[TensorLike, Any], Any]:
+    def method(self: TensorLike, other: Any) -> Any:
         if reflected:
             return op(other, self._value())
         return op(self._value(), other)
@@ -77,7 +82,8 @@ for _name in ("lt", "le", "gt", "ge"):
     )
 
 
-def _convert(value, dtype=None, name=None, as_ref=False):
+def _convert(value: TensorLike, dtype: Any = None, name: str | None = None,
+             as_ref: bool = False) -> tf.Tensor:
     del as_ref  # Converts to a read of the current value.
     return tf.convert_to_tensor(value._value(), dtype=dtype, name=name)
 

@@ -80,13 +80,16 @@ class KerasInner(inner_optimizer.InnerOptimizer):
             return self._apply(grads_and_vars, aggregate)
         return self._apply_with_moving_averages(grads_and_vars, aggregate)
 
-    def _apply(self, grads_and_vars, aggregate):
+    def _apply(self, grads_and_vars: list[tuple[typing.Any, typing.Any]],
+               aggregate: bool) -> typing.Any:
         if aggregate:
             return self.optimizer.apply_gradients(grads_and_vars)
         return compat.keras_apply_without_all_reduce(self.optimizer,
                                                      grads_and_vars)
 
-    def _apply_with_moving_averages(self, grads_and_vars, aggregate):
+    def _apply_with_moving_averages(
+            self, grads_and_vars: list[tuple[typing.Any, typing.Any]],
+            aggregate: bool) -> typing.Any:
         """`apply` with `use_ema=True`: the averages see applied steps only.
 
         Keras 3 starts the averages from the weights at its first step
@@ -112,8 +115,8 @@ class KerasInner(inner_optimizer.InnerOptimizer):
             return result
         window_end = self._is_window_end()
 
-        def at_window_end(updates):
-            def run():
+        def at_window_end(updates: int) -> None:
+            def run() -> tf.Tensor:
                 for _ in range(updates):
                     self._update_moving_averages(iterations, first)
                 return tf.constant(True)
@@ -127,7 +130,8 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         at_window_end(1)
         return result
 
-    def _update_moving_averages(self, iterations, first):
+    def _update_moving_averages(self, iterations: tf.Tensor,
+                                first: tf.Tensor) -> None:
         """One of Keras 3's `use_ema` updates (Keras 3.8 to 3.15's formula)."""
         optimizer = self.optimizer
         for var, average in zip(compat.keras_trainable_variables(optimizer),
@@ -142,12 +146,13 @@ class KerasInner(inner_optimizer.InnerOptimizer):
                 tf.multiply(1.0 - momentum, var)))
         frequency = optimizer.ema_overwrite_frequency
         if frequency:
-            tf.cond(
-                tf.equal((iterations + 1) % frequency, 0),
-                lambda: compat.keras_overwrite_with_ema(optimizer) or (
-                    tf.constant(True)),
-                lambda: tf.constant(False),
-            )
+
+            def overwrite() -> tf.Tensor:
+                compat.keras_overwrite_with_ema(optimizer)
+                return tf.constant(True)
+
+            tf.cond(tf.equal((iterations + 1) % frequency, 0), overwrite,
+                    lambda: tf.constant(False))
 
     def learning_rate(self) -> typing.Any:
         schedule = compat.keras_learning_rate_schedule(self.optimizer)
@@ -158,11 +163,11 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         )
 
     @property
-    def accumulation_steps(self):
+    def accumulation_steps(self) -> int | None:
         return getattr(self.optimizer, "gradient_accumulation_steps",
                        None) or None
 
-    def skip_step(self):
+    def skip_step(self) -> None:
         # With gradient accumulation it also empties the accumulators: the
         # window that the non-finite gradient reached is dropped as a whole.
         if not self.accumulation_steps:
@@ -174,7 +179,8 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         ):
             accumulator.assign(tf.zeros_like(accumulator))
 
-    def accumulation_window(self, var_list):
+    def accumulation_window(
+            self, var_list: list) -> tuple[tf.Tensor, list] | None:
         # `is_window_end` is True when this `apply` call ends a window and
         # updates the variables; `accumulators` hold the window's sums.
         if not self.accumulation_steps:
@@ -183,7 +189,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
             self.optimizer, var_list
         )
 
-    def _is_window_end(self):
+    def _is_window_end(self) -> tf.Tensor:
         """Whether this `apply` call ends a gradient accumulation window."""
         counter = compat.keras_step_counter(self.optimizer)
         return tf.equal((counter + 1) % self.accumulation_steps, 0)
