@@ -3,7 +3,6 @@
 import abc
 import contextlib
 import pathlib
-import unittest
 from unittest import mock
 
 import keras
@@ -593,14 +592,11 @@ class NewKindTest(tf.test.TestCase, parameterized.TestCase):
         for theirs, ours in zip(model.weights, loaded.weights):
             self.assertAllEqual(theirs.numpy(), ours.numpy())
 
-    @unittest.expectedFailure
     def test_keras_file_holds_its_optimizers_state(self):
-        # Keras files hold the inner optimizer's variables only if Keras
-        # saves the inner optimizer itself (a Keras 3 optimizer: Keras walks
-        # the `inner_optimizer` attribute); the wrapper's own entry
-        # (optimizer/checkpointing.py) holds only the loss scale state. So
-        # a kind for an optimizer that Keras does not save (this toy, a
-        # tf.Module) loses the counter in a .keras file.
+        # Keras saves a Keras 3 inner optimizer itself (it walks the
+        # `inner_optimizer` attribute); the variables of one it does not
+        # save (this toy, a tf.Module: `saved_by_keras` is False) are in
+        # the wrapper's own entry (optimizer/checkpointing.py).
         model = self._model()
         model.fit(np.ones((8, 2), np.float32), np.zeros((8, 1), np.float32),
                   batch_size=4, verbose=0)

@@ -72,6 +72,12 @@ class InnerOptimizer(abc.ABC):
     #: `check_graph` refuses the others there.
     runs_in_v1_graph: typing.ClassVar[bool] = False
 
+    #: Whether Keras's own files (`.keras`, `.weights.h5`) save the
+    #: optimizer itself: Keras saves the wrapper's `inner_optimizer` when it
+    #: is a Keras 3 optimizer. When not, the wrapper's own entry holds the
+    #: kind's `variables()`, so that no state is lost.
+    saved_by_keras: typing.ClassVar[bool] = False
+
     def __init_subclass__(cls, **kwargs: typing.Any) -> None:
         super().__init_subclass__(**kwargs)
         if "description" not in cls.__dict__:

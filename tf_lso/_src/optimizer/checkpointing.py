@@ -56,8 +56,10 @@ BASE_OPTIMIZER = "base_optimizer"
 APPLY_STEP = "apply_step"
 WINDOW_OVERFLOWED = "window_overflowed"
 _KERAS_INNER = "inner_optimizer"
-# In Keras files: the inner optimizer's class name.
+# In Keras files: the inner optimizer's class name, and the prefix of its
+# variables' entries when Keras does not save it itself.
 _INNER_KIND = "inner_optimizer_class"
+_INNER_VARIABLE = "inner_optimizer_variable_"
 # Keras 3 LossScaleOptimizer variable -> tf_lso loss scale variable.
 _KERAS_STATE = {
     "dynamic_scale": "current_loss_scale",
@@ -116,6 +118,13 @@ class Layout:
         if self._step.window_overflowed is not None:
             state.append(self._step.window_overflowed)
         return state
+
+    def inner_file_state(self) -> list[tf.Variable]:
+        """What Keras's files hold of the inner optimizer in the wrapper's
+        entry: its variables, unless Keras saves it itself."""
+        if self._inner.saved_by_keras:
+            return []
+        return list(self._inner.variables())
 
     def inner_kind(self) -> str:
         """The inner optimizer's class name."""
@@ -206,11 +215,13 @@ class LayoutCheckpointing:
             slot_variable_position, slot_name, variable, **kwargs
         )
 
-    # `.keras` and `.weights.h5` files: Keras saves the inner optimizer
-    # itself (as `inner_optimizer`, its variables by position); the
-    # wrapper's own entry holds the loss scale state, then `skipped_steps`,
-    # then the inner optimizer's class name. (tf.train.Checkpoints hold
-    # neither of the last two: see `Layout.children`.)
+    # `.keras` and `.weights.h5` files: Keras saves a Keras 3 inner
+    # optimizer itself (as `inner_optimizer`, its variables by position);
+    # the wrapper's own entry holds the loss scale state, then
+    # `skipped_steps`, then the inner optimizer's class name, and the
+    # variables of an inner optimizer that Keras does not save
+    # (`InnerOptimizer.saved_by_keras`). (tf.train.Checkpoints hold neither
+    # `skipped_steps` nor the class name: see `Layout.children`.)
 
     def save_own_variables(self, store: MutableMapping[str, Any]) -> None:
         """Saves the loss scale state, `skipped_steps` and the inner
@@ -222,6 +233,8 @@ class LayoutCheckpointing:
         layout = self._built_layout()
         for i, variable in enumerate(layout.file_state()):
             store[str(i)] = variable.numpy()
+        for i, variable in enumerate(layout.inner_file_state()):
+            store[f"{_INNER_VARIABLE}{i}"] = variable.numpy()
         # As bytes: every Keras weights store holds numeric arrays.
         store[_INNER_KIND] = np.frombuffer(layout.inner_kind().encode(),
                                            np.uint8)
@@ -229,7 +242,8 @@ class LayoutCheckpointing:
     def load_own_variables(self, store: MutableMapping[str, Any]) -> None:
         """Loads what `save_own_variables` saved.
 
-        Files written before `skipped_steps` (or `window_overflowed`) was
+        Files written before `skipped_steps` (or `window_overflowed`, or
+        the variables of an inner optimizer that Keras does not save) was
         saved hold less; what they hold is loaded, the rest stays as it is.
 
         Args:
@@ -244,7 +258,8 @@ class LayoutCheckpointing:
                 Nothing of the loss scale state is loaded then.
         """
         layout = self._built_layout()
-        keys = list(store.keys())
+        keys = [key for key in store.keys()
+                if not key.startswith(_INNER_VARIABLE)]
         if _INNER_KIND in keys:
             keys.remove(_INNER_KIND)
             saved = bytes(np.asarray(store[_INNER_KIND], np.uint8)).decode()
@@ -258,6 +273,7 @@ class LayoutCheckpointing:
                     f"in the wrong places. Load the file into a new model "
                     f"compiled with a LossScaleOptimizer around {saved}."
                 )
+        self._load_inner_variables(layout, store)
         variables = layout.file_state()
         if len(layout.loss_scale.variables) <= len(keys) < len(variables):
             # Older files: the loss scale state only, or no
@@ -276,6 +292,25 @@ class LayoutCheckpointing:
                   for i, variable in enumerate(variables)]
         for variable, value in zip(variables, values):
             variable.assign(value)
+
+    def _load_inner_variables(self, layout: Layout,
+                              store: MutableMapping[str, Any]) -> None:
+        """Loads the variables of an inner optimizer that Keras does not
+        save itself (`Layout.inner_file_state`), if the file has them."""
+        variables = layout.inner_file_state()
+        count = sum(key.startswith(_INNER_VARIABLE) for key in store.keys())
+        if not count:
+            return  # Older files, or Keras saves the inner optimizer.
+        if count != len(variables):
+            warnings.warn(
+                f"Skipping loading the inner optimizer's state of optimizer "
+                f"'{self.name}': the file holds {count} of its variables "
+                f"but it has {len(variables)}.",
+                stacklevel=3,
+            )
+            return
+        for i, variable in enumerate(variables):
+            variable.assign(store[f"{_INNER_VARIABLE}{i}"])
 
 
 def _checked(optimizer_name: str, variable: tf.Variable,

@@ -29,6 +29,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
     optimizer_class = "`tf.keras.optimizers.Optimizer`"
     noun = "a Keras 3 optimizer"
     reads_other_configs = True
+    saved_by_keras = True
 
     def __init__(self, optimizer: typing.Any) -> None:
         super().__init__(optimizer)
