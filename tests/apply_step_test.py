@@ -86,3 +86,61 @@ class ApplyStepTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(int(step.skipped_steps), 1)
         self.assertEqual(float(loss_scale()), 4.0)
         self.assertEqual(int(inner.iterations), 1)
+
+
+class CountingFixed(loss_scale_lib.FixedLossScale):
+    """A subclass with its own `update`, as TF 2.4 code could write."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self.calls = tf.Variable(0, name="calls")
+
+    def update(self, grads):
+        self.calls.assign_add(1)
+        return super().update(grads)
+
+
+class CountingDynamic(loss_scale_lib.DynamicLossScale):
+    def __init__(self, initial):
+        super().__init__(initial, increment_period=1)
+        self.calls = tf.Variable(0, name="calls")
+
+    def update(self, grads):
+        self.calls.assign_add(1)
+        return super().update(grads)
+
+
+class OverriddenUpdateTest(tf.test.TestCase, parameterized.TestCase):
+    """TF 2.4's optimizer called `loss_scale.update(grads)` every step: a
+    subclass of a built-in loss scale that overrides it is called too."""
+
+    @parameterized.parameters(False, True)
+    def test_a_fixed_subclass_is_asked(self, use_tf_function):
+        loss_scale = CountingFixed(4.0)
+        step, inner, var = _step(loss_scale)
+        run = lambda grad: step([grad], [var], None, True)  # noqa: E731
+        if use_tf_function:
+            run = tf.function(run)
+        run(tf.constant([1.0, 1.0]))
+        run(tf.constant([INF, 1.0]))  # A fixed scale applies it (TF 2.4).
+        self.assertEqual(int(loss_scale.calls), 2)
+        self.assertEqual(float(var[0]), -INF)
+        self.assertEqual(int(step.skipped_steps), 0)
+
+    @parameterized.parameters(False, True)
+    def test_a_dynamic_subclass_is_asked(self, use_tf_function):
+        loss_scale = CountingDynamic(8.0)
+        step, inner, var = _step(loss_scale)
+        run = lambda grad: step([grad], [var], None, True)  # noqa: E731
+        if use_tf_function:
+            run = tf.function(run)
+        run(tf.constant([1.0, 1.0]))
+        self.assertEqual(float(loss_scale()), 16.0)
+        run(tf.constant([INF, 1.0]))
+        self.assertEqual(int(loss_scale.calls), 2)
+        self.assertAllEqual(var, [0.0, 1.0])
+        self.assertEqual(int(step.skipped_steps), 1)
+        self.assertEqual(float(loss_scale()), 8.0)
+        self.assertIsNone(loss_scale_lib.step_rule(loss_scale))
+        self.assertIsNotNone(
+            loss_scale_lib.step_rule(loss_scale_lib.DynamicLossScale()))

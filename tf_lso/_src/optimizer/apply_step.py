@@ -84,8 +84,10 @@ class ApplyStep(tf.Module):
         self._inner = inner
         self._loss_scale = loss_scale
         self._overflow = overflow
-        self._seen_losses = seen_losses or training_health.SeenLosses()
-        self._handed_out = handed_out or packing.HandedOut()
+        self._seen_losses = (training_health.SeenLosses()
+                             if seen_losses is None else seen_losses)
+        self._handed_out = (packing.HandedOut() if handed_out is None
+                            else handed_out)
         # Not checkpointed (the layout stays TF 2.4's), like the record.
         self.skipped_steps = replicas.state_variable(
             0, tf.int64, "skipped_steps"
@@ -247,16 +249,17 @@ class ApplyStep(tf.Module):
         skips the whole window: it empties the accumulators and backs off
         once, and the window's later calls are dropped up to its end.
         """
-        rule = self._loss_scale.rule
         window = self._inner.accumulation_window(var_list)
-        if rule is None:  # A user's LossScale: TF 2.4 called `update`.
-            if window is not None:
-                raise NotImplementedError(
-                    "Gradient accumulation (`gradient_accumulation_steps` on "
-                    "the inner optimizer) needs a FixedLossScale or "
-                    f"DynamicLossScale. Received: loss_scale="
-                    f"{self._loss_scale!r}. Accumulate gradients yourself, "
-                    "or use one of those two classes.")
+        rule = loss_scale_lib.step_rule(self._loss_scale,
+                                        accumulating=window is not None)
+        if rule is None and window is not None:
+            raise NotImplementedError(
+                "Gradient accumulation (`gradient_accumulation_steps` on "
+                "the inner optimizer) needs a FixedLossScale or "
+                f"DynamicLossScale. Received: loss_scale="
+                f"{self._loss_scale!r}. Accumulate gradients yourself, "
+                "or use one of those two classes.")
+        if rule is None:  # A user's update: TF 2.4 called it every step.
             update_op, should_apply = self._loss_scale.update(packed.unpack())
             return Decision(update_op, should_apply, packed, ())
         if not rule.checks:  # A fixed scale applies every step (TF 2.4).

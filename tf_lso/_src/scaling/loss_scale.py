@@ -8,8 +8,8 @@ to know which one it holds.
 The built-in classes also state how they change as a `Rule`: a pure function
 `(scale, count, finite) -> (scale, count)`. A loss scale optimizer's step
 (`optimizer/apply_step.py`) checks the gradients itself and applies the rule
-with `advance`; a user's subclass has no rule, and the step calls its
-`update(grads)`, as TF 2.4 did.
+with `advance`; for a user's subclass (`step_rule` is None) the step calls
+its `update(grads)`, as TF 2.4 did.
 """
 
 from __future__ import annotations
@@ -364,6 +364,28 @@ class DynamicLossScale(LossScale):
 tf.compat.v1.mixed_precision.LossScale.register(LossScale)
 tf.compat.v1.mixed_precision.FixedLossScale.register(FixedLossScale)
 tf.compat.v1.mixed_precision.DynamicLossScale.register(DynamicLossScale)
+
+# The `update`s that are their class's rule (see `step_rule`).
+_RULED_UPDATES = (FixedLossScale.update, DynamicLossScale.update)
+
+
+def step_rule(loss_scale: LossScale,
+              accumulating: bool = False) -> Rule | None:
+    """The rule a loss scale optimizer applies for `loss_scale`, or None.
+
+    None means: call its `update(grads)`, as TF 2.4's optimizer did every
+    step. That is so for a `LossScale` of the user's, and for a subclass of
+    `FixedLossScale` or `DynamicLossScale` that overrides `update` (its own
+    `update` runs, as it did in TF 2.4); a built-in class's own `update`
+    is its rule, which the optimizer applies itself. With gradient
+    accumulation (`accumulating`), which TF 2.4 did not have, a subclass of
+    a built-in class follows its class's rule; other loss scales have none.
+    """
+    if not isinstance(loss_scale, (FixedLossScale, DynamicLossScale)):
+        return None
+    if accumulating or type(loss_scale).update in _RULED_UPDATES:
+        return loss_scale.rule
+    return None
 
 
 def usable(scale: tf.Tensor) -> tf.Tensor:
