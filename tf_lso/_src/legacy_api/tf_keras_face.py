@@ -33,6 +33,7 @@ from typing import Any
 
 from tf_lso._src import compat
 from tf_lso._src.inner import inner_optimizer as inner_lib
+from tf_lso._src.optimizer import config as optimizer_config
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 from tf_lso._src.optimizer import loss_scale_optimizer as v2
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
@@ -208,8 +209,7 @@ def face_class() -> type[Any]:
             config = dict(config)
             core_class = _CORES[config.pop("core_class",
                                            "LossScaleOptimizer")]
-            key = ("inner_optimizer" if "inner_optimizer" in config
-                   else "optimizer")
+            key = optimizer_config.inner_optimizer_key(config)
             inner = config.get(key)
             if isinstance(inner, dict) and "module" not in inner:
                 # tf_keras's legacy serialization (SavedModel metadata)
