@@ -260,20 +260,38 @@ def _private(name):
         name.startswith("__") and name.endswith("__"))
 
 
+# TensorFlow's and Keras's own protocol: tf_lso's classes implement these
+# methods (TensorFlow calls them on any trackable), so a call of one on
+# another object is TensorFlow's seam, not one between tf_lso's modules.
+TF_PROTOCOL = frozenset({
+    "_trackable_children", "_lookup_dependency", "_deferred_dependencies",
+    "_create_or_restore_slot_variable", "_serialize_to_tensors",
+    "_restore_from_tensors", "_create_all_weights",
+})
+
+
 def private_seams(sources):
     """Uses of a private name that another module defines.
 
     `sources` maps module names to their source. A name is private if it
     starts with one underscore; a module "defines" the names it binds (def,
-    class, assignment, attribute assignment). A use is a `from ... import`
-    or an attribute read, except through `self` or `cls`: a class's own and
-    inherited members are the class's business, not a seam between modules.
-    A private name that no module of ours defines belongs to TensorFlow or
-    Keras, which compat.py alone reaches (see its tests).
+    class, assignment, an attribute assigned through `self` or `cls`). A use
+    is a `from ... import`, an attribute read or written on anything but
+    `self` or `cls`, or a string literal passed to `getattr`, `hasattr`,
+    `setattr` or `delattr`: a class's own and inherited members, through
+    `self`, are the class's business, not a seam between modules. Names
+    are matched by spelling: a module's use of a name it defines itself is
+    taken as its own. A private name that no module of ours defines
+    belongs to TensorFlow or Keras, which compat.py alone reaches (see its
+    tests); so do the `TF_PROTOCOL` methods.
 
     Returns:
         Sorted `(module, name, defining modules)` triples.
     """
+    def through_self(node):
+        return (isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls"))
+
     defined, used = {}, {}
     for module, source in sources.items():
         defined[module], used[module] = set(), set()
@@ -285,16 +303,28 @@ def private_seams(sources):
                                                            ast.Store):
                 defined[module].add(node.id)
             elif isinstance(node, ast.Attribute):
-                if isinstance(node.ctx, ast.Store):
-                    defined[module].add(node.attr)
-                elif not (isinstance(node.value, ast.Name)
-                          and node.value.id in ("self", "cls")):
+                if through_self(node):
+                    if isinstance(node.ctx, ast.Store):
+                        defined[module].add(node.attr)
+                else:
                     used[module].add(node.attr)
             elif isinstance(node, ast.ImportFrom):
                 used[module].update(alias.name for alias in node.names)
+            elif (isinstance(node, ast.Call)
+                  and isinstance(node.func, ast.Name)
+                  and node.func.id in ("getattr", "hasattr", "setattr",
+                                       "delattr")
+                  and len(node.args) > 1
+                  and isinstance(node.args[1], ast.Constant)
+                  and isinstance(node.args[1].value, str)
+                  and not (isinstance(node.args[0], ast.Name)
+                           and node.args[0].id in ("self", "cls"))):
+                used[module].add(node.args[1].value)
     found = []
     for module, names in used.items():
-        for name in sorted(filter(_private, names - defined[module])):
+        for name in sorted(filter(_private, names - TF_PROTOCOL)):
+            if name in defined[module]:
+                continue
             owners = sorted(m for m in defined if name in defined[m])
             if owners:
                 found.append((module, name, tuple(owners)))
@@ -308,9 +338,16 @@ def test_the_private_seam_check_catches_a_private_seam():
         "c": "from a import _helper\n",
         "d": "class D(A):\n    def f(self):\n        return self._own()\n",
         "e": "def f(x):\n    return x._keras_private\n",
+        # Through a string; written on another object.
+        "f": "def f(x):\n    return getattr(x, '_own')\n",
+        "g": "def f(x):\n    x._own = 1\n",
+        # TensorFlow's protocol methods are TensorFlow's.
+        "i": "class I:\n    def _trackable_children(self): pass\n",
+        "j": "def f(x):\n    return x._trackable_children()\n",
     }
-    assert private_seams(sources) == [("b", "_helper", ("a",)),
-                                      ("c", "_helper", ("a",))]
+    assert private_seams(sources) == [
+        ("b", "_helper", ("a",)), ("c", "_helper", ("a",)),
+        ("f", "_own", ("a",)), ("g", "_own", ("a",))]
 
 
 def test_no_module_of_the_runtime_uses_another_ones_private_names():
