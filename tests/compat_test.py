@@ -88,6 +88,19 @@ def test_tf_keras_module_only_when_imported():
     assert compat.tf_keras_module() is sys.modules.get("tf_keras")
 
 
+def test_delegating_trackable_mixin_hook(tmp_path):
+    # The tf_keras face's base: a checkpoint sees the object it delegates to.
+    class Face(compat.DelegatingTrackableMixin, compat.Trackable):
+        def __init__(self, delegate):
+            compat.DelegatingTrackableMixin.__init__(self, delegate)
+
+    module = tf.Module()
+    module.v = tf.Variable(3.0)
+    path = tf.train.Checkpoint(f=Face(module)).write(str(tmp_path / "c"))
+    keys = [n for n, _ in tf.train.list_variables(path)]
+    assert "f/v/.ATTRIBUTES/" + compat.VARIABLE_VALUE in keys
+
+
 def test_trackable_protocol_hooks(tmp_path):
     module = tf.Module()
     module.v = tf.Variable(1.0)
@@ -145,6 +158,49 @@ def test_keras_optimizer_variable_index_hooks():
     a, b = tf.Variable(1.0), tf.Variable(2.0)
     optimizer.build([a, b])
     assert list(compat.keras_trainable_variables(optimizer)) == [a, b]
+
+
+def test_restore_position_hook(tmp_path):
+    # A slot's checkpoint position, kept until the slot exists (as KerasInner
+    # keeps them for an optimizer not built yet), restores into it.
+    tf_keras = pytest.importorskip("tf_keras")
+    var = tf.Variable([1.0, 2.0])
+    source = tf_keras.optimizers.legacy.SGD(1.0, momentum=0.5)
+    source.apply_gradients([(tf.constant([1.0, 1.0]), var)])
+    saved = source.get_slot(var, "momentum").numpy().tolist()
+    path = tf.train.Checkpoint(v=var, opt=source).write(str(tmp_path / "c"))
+    positions = []
+
+    class Spy(tf_keras.optimizers.legacy.SGD):
+        def _create_or_restore_slot_variable(self, **kwargs):
+            positions.append(kwargs["slot_variable_position"])
+
+    tf.train.Checkpoint(v=var, opt=Spy(1.0)).read(path)
+    slot = tf.Variable([0.0, 0.0])
+    compat.restore_position(positions[0], slot)
+    assert slot.numpy().tolist() == saved != [0.0, 0.0]
+
+
+def test_keras_ema_hooks():
+    import keras
+
+    optimizer = keras.optimizers.SGD(1.0, use_ema=True, ema_momentum=0.5)
+    var = tf.Variable([2.0, 4.0])
+    optimizer.build([var])
+    averages = compat.keras_ema_averages(optimizer)
+    assert len(averages) == 1 and averages[0].shape == var.shape
+    averages[0].assign([10.0, 20.0])
+    # Keras's apply leaves the averages alone while the hook is active ...
+    with compat.keras_apply_without_ema(optimizer):
+        optimizer.apply([tf.constant([1.0, 1.0])])
+    assert averages[0].numpy().tolist() == [10.0, 20.0]
+    assert var.numpy().tolist() == [1.0, 3.0]
+    assert optimizer.use_ema
+    # ... and moves them without it (Keras's own formula).
+    optimizer.apply([tf.constant([1.0, 1.0])])
+    assert averages[0].numpy().tolist() != [10.0, 20.0]
+    compat.keras_overwrite_with_ema(optimizer)
+    assert var.numpy().tolist() == averages[0].numpy().tolist()
 
 
 def test_keras_set_trainable_variables_hook():

@@ -188,16 +188,18 @@ def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """`Trackable`: TensorFlow's base of checkpointable objects.
+    """`Trackable` and `DelegatingTrackableMixin`, TensorFlow's classes.
 
-    `tf.__internal__.tracking.Trackable` (TF 2.16-2.21), looked up when first
-    used, so that importing this module (the version check) needs no
-    TensorFlow.
+    `tf.__internal__.tracking.Trackable`, the base of checkpointable objects,
+    and `tf.__internal__.tracking.DelegatingTrackableMixin`, which hands the
+    Trackable protocol to another object (as tf_keras's own loss scale
+    optimizer does); TF 2.16-2.21. Looked up when first used, so that
+    importing this module (the version check) needs no TensorFlow.
     """
-    if name == "Trackable":
+    if name in ("Trackable", "DelegatingTrackableMixin"):
         import tensorflow as tf
 
-        return tf.__internal__.tracking.Trackable
+        return getattr(tf.__internal__.tracking, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -50,7 +50,6 @@ def face_class() -> type[Any]:
 
     tf_keras is optional and imported only by users who chose it.
     """
-    import tensorflow as tf
 
     tf_keras = compat.tf_keras_module() or importlib.import_module("tf_keras")
     base = tf_keras.mixed_precision.LossScaleOptimizer
@@ -59,7 +58,7 @@ def face_class() -> type[Any]:
     # Bases known only at run time: mypy takes the class as of unknown bases.
     @tf_keras.saving.register_keras_serializable(package="tf_lso")
     class TfKerasLossScaleOptimizer(
-        tf.__internal__.tracking.DelegatingTrackableMixin,
+        compat.DelegatingTrackableMixin,
         legacy, base,  # type: ignore[valid-type, misc]
     ):
         """A tf_lso loss scale optimizer, as tf_keras's `compile` takes it.
@@ -78,8 +77,7 @@ def face_class() -> type[Any]:
             # As tf_keras's own loss scale optimizers, without the optimizer
             # base's __init__: the state is the core's.
             object.__setattr__(self, "_core", core)
-            tf.__internal__.tracking.DelegatingTrackableMixin.__init__(
-                self, core)
+            compat.DelegatingTrackableMixin.__init__(self, core)
 
         @property
         def core(self) -> v2.LossScaleOptimizer:
