@@ -6,7 +6,7 @@ import pytest
 import tf_lso
 from tf_lso._src.optimizer import config as optimizer_config
 
-import test_util
+import inner_kinds
 
 
 def test_upgrade_tf2_3_config():
@@ -32,14 +32,12 @@ def test_tf2_4_config_is_unchanged():
     assert optimizer_config.upgrade_legacy_config(config) == config
 
 
-@pytest.mark.parametrize("kind", ["legacy", "tf_keras"])
+@pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
 @pytest.mark.parametrize("how", ["deserialize", "from_config", "scope"])
 def test_custom_tf_keras_inner_optimizer(kind, how):
     # Keras hands custom objects over through `custom_object_scope`
     # (`keras.optimizers.deserialize`, `load_model`), not as an argument.
-    tf_keras = test_util.tf_keras
-    base = (tf_keras.optimizers.legacy.SGD if kind == "legacy"
-            else tf_keras.optimizers.SGD)
+    base = inner_kinds.get(kind).optimizers().SGD
 
     class CustomSGD(base):
         pass

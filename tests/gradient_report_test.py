@@ -9,6 +9,7 @@ from absl.testing import parameterized
 import tf_lso
 from tf_lso._src.optimizer import loss_scale_optimizer as lso_lib
 
+import inner_kinds
 import test_util
 
 tf_keras = test_util.tf_keras
@@ -140,11 +141,11 @@ class GradientReportTest(tf.test.TestCase, parameterized.TestCase):
                          np.nanmin(np.asarray(headroom)))
 
     @parameterized.named_parameters(
-        ("tf_keras", lambda: tf_keras.optimizers.SGD()),
-        ("tf_keras_legacy", lambda: tf_keras.optimizers.legacy.SGD()))
-    def test_every_inner_optimizer_kind(self, make_inner):
+        (name, name) for name in inner_kinds.TF_KERAS_NAMES)
+    def test_every_inner_optimizer_kind(self, kind):
         grads = _known_grads()
-        opt = tf_lso.LossScaleOptimizer(make_inner(), initial_scale=128)
+        opt = tf_lso.LossScaleOptimizer(inner_kinds.sgd(kind),
+                                        initial_scale=128)
         self._assert_matches(opt.gradient_report(grads), grads, 128,
                              [str(i) for i in range(len(grads))])
 
@@ -165,14 +166,10 @@ class RecordTest(tf.test.TestCase, parameterized.TestCase):
         ("keras_eager", "keras", False, None),
         ("keras_tf_function", "keras", True, None),
         ("keras_jit", "keras", True, True),
-        ("tf_keras", "tf_keras", True, None),
-        ("tf_keras_legacy", "tf_keras_legacy", True, None))
+        *((name, name, True, None) for name in inner_kinds.TF_KERAS_NAMES))
     def test_requested_step_is_recorded(self, kind, use_tf_function, jit):
-        inner = {"keras": lambda: keras.optimizers.SGD(0.0),
-                 "tf_keras": lambda: tf_keras.optimizers.SGD(0.0),
-                 "tf_keras_legacy":
-                     lambda: tf_keras.optimizers.legacy.SGD(0.0)}[kind]()
-        opt = tf_lso.LossScaleOptimizer(inner, initial_scale=2**10)
+        opt = tf_lso.LossScaleOptimizer(inner_kinds.sgd(kind, 0.0),
+                                        initial_scale=2**10)
         variables = _variables()
         reports = lso_lib.gradient_reports(opt)
         reports.enabled = True

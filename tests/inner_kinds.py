@@ -50,6 +50,10 @@ KINDS = (
 
 #: Every kind's name, in the table's order.
 NAMES = tuple(kind.name for kind in KINDS)
+#: The kinds that wrap tf_keras optimizers (tf.keras on the legacy-Keras
+#: route).
+TF_KERAS_NAMES = tuple(kind.name for kind in KINDS
+                       if issubclass(kind.kind, tf_keras_kinds.TfKerasKind))
 
 _BY_NAME = {kind.name: kind for kind in KINDS}
 

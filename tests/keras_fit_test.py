@@ -9,6 +9,7 @@ from absl.testing import parameterized
 
 import tf_lso
 
+import inner_kinds
 import test_util
 
 RNG = np.random.default_rng(0)
@@ -72,16 +73,14 @@ class CompileTest(parameterized.TestCase):
         finally:
             keras.mixed_precision.set_global_policy("float32")
 
-    @parameterized.parameters("Adam", "legacy.Adam")
-    def test_tf_keras_compile_takes_it_through_a_face(self, name):
+    @parameterized.parameters(*inner_kinds.TF_KERAS_NAMES)
+    def test_tf_keras_compile_takes_it_through_a_face(self, kind):
         # docs/routes.md: tf_keras's compile takes only tf_keras optimizers;
         # once tf_lso wraps a tf_keras optimizer, tf_keras's compile puts a
         # face in front of tf_lso's optimizer (it said "Could not interpret
         # optimizer identifier" before issue 41).
         tf_keras = test_util.tf_keras
-        optimizers = tf_keras.optimizers
-        inner = (optimizers.legacy.Adam() if name == "legacy.Adam"
-                 else optimizers.Adam())
+        inner = inner_kinds.make(kind, "Adam")
         model = tf_keras.Sequential(
             [tf_keras.layers.Dense(1, input_shape=(4,))]
         )

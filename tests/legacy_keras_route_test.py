@@ -18,6 +18,7 @@ import tensorflow as tf
 import tf_lso
 from tf_lso._src import compat
 
+import inner_kinds
 import test_util
 
 pytestmark = pytest.mark.skipif(
@@ -183,10 +184,9 @@ def _tf_keras_lso(**kwargs):
 
 
 @pytest.mark.parametrize("experimental", [True, False])
-@pytest.mark.parametrize("legacy_inner", [True, False])
-def test_compile_fit_bit_equal_to_tf_keras_class(experimental, legacy_inner):
-    optimizers = (tf.keras.optimizers.legacy if legacy_inner
-                  else tf.keras.optimizers)
+@pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
+def test_compile_fit_bit_equal_to_tf_keras_class(experimental, kind):
+    optimizers = inner_kinds.get(kind).optimizers()
 
     def sgd():
         return optimizers.SGD(0.05, momentum=0.5)
@@ -294,10 +294,10 @@ def test_checkpoint_layout_is_tf_keras_lso(tmp_path):
                                                      str(tmp_path / "b"))
 
 
-@pytest.mark.parametrize("legacy_inner", [True, False])
-def test_model_save_and_load(tmp_path, legacy_inner):
-    optimizers = (tf.keras.optimizers.legacy if legacy_inner
-                  else tf.keras.optimizers)
+@pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
+def test_model_save_and_load(tmp_path, kind):
+    optimizers = inner_kinds.get(kind).optimizers()
+    legacy_inner = kind == "tf_keras_legacy"
     tf_lso.install()
     opt = tf_lso.LossScaleOptimizer(optimizers.SGD(0.05, momentum=0.5),
                                     initial_scale=8)
@@ -382,12 +382,10 @@ def test_mirrored_fit_skips_on_every_replica_as_tf_keras_class():
             np.testing.assert_array_equal(replica_got, replica_expected)
 
 
-@pytest.mark.parametrize("legacy_inner", [True, False])
-def test_a_tf24_checkpoint_restores_into_a_compiled_model(tmp_path,
-                                                         legacy_inner):
+@pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
+def test_a_tf24_checkpoint_restores_into_a_compiled_model(tmp_path, kind):
     # TF 2.4's LossScaleOptimizer, as tf_keras keeps it, writes the file.
-    optimizers = (tf.keras.optimizers.legacy if legacy_inner
-                  else tf.keras.optimizers)
+    optimizers = inner_kinds.get(kind).optimizers()
     x, y = _data()
     writer = _model()
     writer.compile(tf.keras.mixed_precision.LossScaleOptimizer(

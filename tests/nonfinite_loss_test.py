@@ -16,6 +16,7 @@ from absl.testing import parameterized
 import tf_lso
 from tf_lso._src.optimizer import training_health
 
+import inner_kinds
 import test_util
 
 tf_keras = test_util.tf_keras
@@ -25,11 +26,6 @@ MODES = parameterized.named_parameters(
     ("eager", {}), ("tf_function", {"tf_function": True}),
     ("jit", {"tf_function": True, "jit_compile": True}),
 )
-INNER = {
-    "keras": lambda: keras.optimizers.SGD(0.1),
-    "tf_keras": lambda: tf_keras.optimizers.SGD(0.1),
-    "tf_keras_legacy": lambda: tf_keras.optimizers.legacy.SGD(0.1),
-}
 
 
 def _maybe_function(fn, mode):
@@ -133,11 +129,12 @@ class CauseTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIsNone(opt.last_overflow.cause)
 
     @parameterized.named_parameters(
-        ("tf_keras", "tf_keras"), ("tf_keras_legacy", "tf_keras_legacy"))
+        (name, name) for name in inner_kinds.TF_KERAS_NAMES)
     def test_tf_keras_inner_optimizers(self, kind):
         for use_tf_function in (False, True):
             variables = _variables()
-            opt = tf_lso.LossScaleOptimizer(INNER[kind](), initial_scale=8)
+            opt = tf_lso.LossScaleOptimizer(inner_kinds.sgd(kind, 0.1),
+                                            initial_scale=8)
             step = _tf2_step(opt, variables,
                              {"tf_function": True} if use_tf_function else {})
             step(tf.constant(NAN))
