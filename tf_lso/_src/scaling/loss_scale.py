@@ -135,9 +135,11 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
     def rule(self) -> Rule | None:
         """How this loss scale changes, as a pure `Rule`; None if unknown.
 
-        A loss scale optimizer applies a rule itself (one finite check of
-        the gradients it packed, see `advance`). A subclass that returns
-        None (the default) is asked through `update(grads)` instead.
+        `FixedLossScale` and `DynamicLossScale` have one, which a loss scale
+        optimizer applies itself (one finite check of the gradients it
+        packed, see `advance`). Any other loss scale, and a subclass of
+        those two that overrides `update`, is asked through `update(grads)`
+        instead (`step_rule`), as TF 2.4 asked every loss scale.
         """
         return None
 
