@@ -110,6 +110,15 @@ class CountingDynamic(loss_scale_lib.DynamicLossScale):
         return super().update(grads)
 
 
+def _runner(loss_scale, use_tf_function):
+    """A step around `loss_scale`, a function running it on one gradient
+    (a `tf.function` if asked), and the variable it trains."""
+    step, _, var = _step(loss_scale)
+    run = test_util.maybe_function(
+        lambda grad: step([grad], [var], None, True), use_tf_function)
+    return step, run, var
+
+
 class OverriddenUpdateTest(tf.test.TestCase, parameterized.TestCase):
     """TF 2.4's optimizer called `loss_scale.update(grads)` every step: a
     subclass of a built-in loss scale that overrides it is called too."""
@@ -117,10 +126,7 @@ class OverriddenUpdateTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(False, True)
     def test_a_fixed_subclass_is_asked(self, use_tf_function):
         loss_scale = CountingFixed(4.0)
-        step, inner, var = _step(loss_scale)
-        run = lambda grad: step([grad], [var], None, True)  # noqa: E731
-        if use_tf_function:
-            run = tf.function(run)
+        step, run, var = _runner(loss_scale, use_tf_function)
         run(tf.constant([1.0, 1.0]))
         run(tf.constant([INF, 1.0]))  # A fixed scale applies it (TF 2.4).
         self.assertEqual(int(loss_scale.calls), 2)
@@ -130,10 +136,7 @@ class OverriddenUpdateTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(False, True)
     def test_a_dynamic_subclass_is_asked(self, use_tf_function):
         loss_scale = CountingDynamic(8.0)
-        step, inner, var = _step(loss_scale)
-        run = lambda grad: step([grad], [var], None, True)  # noqa: E731
-        if use_tf_function:
-            run = tf.function(run)
+        step, run, var = _runner(loss_scale, use_tf_function)
         run(tf.constant([1.0, 1.0]))
         self.assertEqual(float(loss_scale()), 16.0)
         run(tf.constant([INF, 1.0]))
