@@ -48,9 +48,9 @@ def test_checkpoint_example_without_tensorboard_says_what_to_install(
         '"tf_lso[examples]").')
 
 
-def test_training_health_figure():
-    # A person reads off when and why the scale moved: steps on a log2
-    # axis, the skipped steps marked, the loss below, a title and labels.
+def _plot_example():
+    """examples/plot_training_health.py as a module (skips without
+    matplotlib)."""
     pytest.importorskip(
         "matplotlib", reason="the plot example needs matplotlib: pip install "
         "'tf_lso[examples]'")
@@ -59,6 +59,13 @@ def test_training_health_figure():
         import plot_training_health
     finally:
         sys.path.remove(str(_DEMO.parent))
+    return plot_training_health
+
+
+def test_training_health_figure():
+    # A person reads off when and why the scale moved: steps on a log2
+    # axis, the skipped steps marked, the loss below, a title and labels.
+    plot_training_health = _plot_example()
     scales = [8.0, 8.0, 16.0, 8.0, 8.0]
     skipped = [False, False, True, False, False]
     losses = [3.0, 2.0, 1e9, 1.5, 1.0]
@@ -86,14 +93,7 @@ def test_training_health_figure():
 def test_training_health_figure_with_gradient_reports():
     # --gradient-report: a third panel, the below-normal share in percent
     # and the headroom on a twin axis, step by step.
-    pytest.importorskip(
-        "matplotlib", reason="the plot example needs matplotlib: pip install "
-        "'tf_lso[examples]'")
-    sys.path.insert(0, str(_DEMO.parent))
-    try:
-        import plot_training_health
-    finally:
-        sys.path.remove(str(_DEMO.parent))
+    plot_training_health = _plot_example()
     reports = [(0.0, 2.0), (0.25, 1.0), (0.5, -3.0)]
     figure = plot_training_health.figure([8.0, 8.0, 16.0], [False] * 3,
                                          [3.0, 2.0, 1.0], reports)

@@ -46,6 +46,22 @@ def _loss(variables, x):
     return tf.reduce_sum(a) * x + b
 
 
+def _mirrored_step(strategy, opt, variables, bad_replica, use_tf_function):
+    """The TF 2.x protocol under `strategy`: replica `bad_replica` computes
+    its loss from the step's `x`, every other replica from 1 (finite)."""
+
+    def replica_step(x):
+        x = tf.where(tf.equal(test_util.replica_id(), bad_replica), x,
+                     tf.constant(1.0))
+        with tf.GradientTape() as tape:
+            scaled = opt.get_scaled_loss(_loss(variables, x))
+        grads = opt.get_unscaled_gradients(tape.gradient(scaled, variables))
+        opt.apply_gradients(zip(grads, variables))
+
+    return test_util.maybe_function(
+        lambda x: strategy.run(replica_step, args=(x,)), use_tf_function)
+
+
 def _tf2_step(opt, variables, mode):
     """The TF 2.x protocol: get_scaled_loss, get_unscaled_gradients."""
 
@@ -151,17 +167,8 @@ class CauseTest(tf.test.TestCase, parameterized.TestCase):
             opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
                                             initial_scale=8)
 
-        def replica_step(x):
-            x = tf.where(tf.equal(test_util.replica_id(), bad_replica), x,
-                         tf.constant(1.0))
-            with tf.GradientTape() as tape:
-                scaled = opt.get_scaled_loss(_loss(variables, x))
-            grads = opt.get_unscaled_gradients(
-                tape.gradient(scaled, variables))
-            opt.apply_gradients(zip(grads, variables))
-
-        step = test_util.maybe_function(
-            lambda x: strategy.run(replica_step, args=(x,)), use_tf_function)
+        step = _mirrored_step(strategy, opt, variables, bad_replica,
+                              use_tf_function)
         step(tf.constant(NAN))
         self.assertEqual(opt.last_overflow,
                          tf_lso.Overflow(0, 1, ("a:0",), 1, "loss"))
@@ -453,17 +460,7 @@ class MirroredStopTest(tf.test.TestCase, parameterized.TestCase):
             opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
                                             stop_on_nonfinite_loss=True)
 
-        def replica_step(x):
-            x = tf.where(tf.equal(test_util.replica_id(), 1), x,
-                         tf.constant(1.0))
-            with tf.GradientTape() as tape:
-                scaled = opt.get_scaled_loss(_loss(variables, x))
-            grads = opt.get_unscaled_gradients(
-                tape.gradient(scaled, variables))
-            opt.apply_gradients(zip(grads, variables))
-
-        step = test_util.maybe_function(
-            lambda x: strategy.run(replica_step, args=(x,)), use_tf_function)
+        step = _mirrored_step(strategy, opt, variables, 1, use_tf_function)
         step(tf.constant(1.0))
         error = (tf.errors.InvalidArgumentError if use_tf_function
                  else RuntimeError)
