@@ -203,6 +203,41 @@ def test_keras_ema_hooks():
     assert var.numpy().tolist() == averages[0].numpy().tolist()
 
 
+def test_keras_uses_ema_reads_through_the_switch():
+    import keras
+
+    optimizer = keras.optimizers.SGD(1.0, use_ema=True)
+    assert compat.keras_uses_ema(optimizer)
+    with compat.keras_apply_without_ema(optimizer):
+        assert not optimizer.use_ema  # What Keras's apply reads ...
+        assert compat.keras_uses_ema(optimizer)  # ... and the setting.
+    assert not compat.keras_uses_ema(keras.optimizers.SGD(1.0))
+
+
+def test_merge_call_fails_in_cond_hook():
+    import test_util
+
+    strategy = test_util.mirrored_strategy()
+    answers = []
+
+    def merge_in_cond():
+        answers.append(compat.merge_call_fails_in_cond())
+        context = tf.distribute.get_replica_context()
+        return tf.cond(tf.constant(True),
+                       lambda: context.merge_call(lambda _: tf.constant(1)),
+                       lambda: tf.constant(0))
+
+    # Where it answers True, TensorFlow refuses a merge_call in a cond ...
+    with pytest.raises(RuntimeError, match="merge_call"):
+        tf.function(lambda: strategy.run(merge_in_cond))()
+    assert answers and all(answers)
+    # ... and where it answers False, it does not.
+    answers.clear()
+    strategy.run(merge_in_cond)
+    assert answers and not any(answers)
+    assert not tf.function(compat.merge_call_fails_in_cond)()
+
+
 def test_keras_set_trainable_variables_hook():
     import keras
 

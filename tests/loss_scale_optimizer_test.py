@@ -1220,6 +1220,150 @@ class ExponentialMovingAverageTest(tf.test.TestCase, parameterized.TestCase):
             np.testing.assert_array_equal(a, e)
 
 
+class MirroredMovingAverageTest(tf.test.TestCase, parameterized.TestCase):
+    """Under MirroredStrategy every replica keeps the averages of one device.
+
+    tf_lso updates Keras 3's `use_ema` averages itself (see
+    ExponentialMovingAverageTest), on each replica's copy. Each run is
+    compared, replica by replica and bit for bit, with the same optimizer on
+    one device fed the replicas' summed gradients (a step with a non-finite
+    gradient on either replica is skipped on both).
+    """
+
+    # Replica 0's and replica 1's gradient, step by step: steps 1 and 4
+    # overflow on one replica only.
+    GRADS = [([0.2, 0.2], [0.1, 0.0]), ([float("inf"), 0.1], [0.1, 0.1]),
+             ([0.1, -0.1], [0.3, 0.2]), ([0.0, 0.5], [0.1, -0.2]),
+             ([0.1, 0.1], [0.1, NAN]), ([0.4, 0.1], [0.2, 0.3]),
+             ([0.1, 0.1], [0.1, 0.1])]
+
+    def _mirrored(self, make_inner, use_tf_function):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var = tf.Variable([0.0, 1.0])
+            opt = tf_lso.LossScaleOptimizer(make_inner(), initial_scale=4)
+
+        def step(g0, g1):
+            grad = test_util.value_on_replica_0(g0, g1)
+            opt.apply_gradients([(grad, var)])
+
+        run = test_util.maybe_function(
+            lambda g0, g1: strategy.run(step, args=(g0, g1)),
+            use_tf_function)
+        for g0, g1 in self.GRADS:
+            run(tf.constant(g0), tf.constant(g1))
+        return strategy, opt, var
+
+    def _one_device(self, make_inner):
+        var = tf.Variable([0.0, 1.0])
+        opt = tf_lso.LossScaleOptimizer(make_inner(), initial_scale=4)
+        for g0, g1 in self.GRADS:
+            summed = np.float32(g0) + np.float32(g1)
+            opt.apply_gradients([(tf.constant(summed), var)])
+        return opt, var
+
+    def _assert_every_replica_matches(self, strategy, opt, var, ref, ref_var):
+        mine = [var, opt.skipped_steps] + list(opt.variables)
+        theirs = [ref_var, ref.skipped_steps] + list(ref.variables)
+        self.assertLen(mine, len(theirs))
+        names = [v.name for v in theirs]
+        self.assertTrue(any("average" in name for name in names), names)
+        for a, b in zip(mine, theirs):
+            for local in test_util.local_values(strategy, a):
+                self.assertAllEqual(local, b, msg=a.name)
+        # What reads the averages on every replica: the final swap.
+        with strategy.scope():
+            opt.finalize_variable_values([var])
+        ref.finalize_variable_values([ref_var])
+        for local in test_util.local_values(strategy, var):
+            self.assertAllEqual(local, ref_var)
+
+    @parameterized.named_parameters(
+        ("eager", False, None), ("tf_function", True, None),
+        ("eager_overwrite", False, 2), ("tf_function_overwrite", True, 2))
+    def test_every_replica_keeps_the_averages(self, use_tf_function,
+                                              overwrite_frequency):
+        def inner():
+            return keras.optimizers.SGD(
+                0.5, use_ema=True, ema_momentum=0.9,
+                ema_overwrite_frequency=overwrite_frequency)
+
+        strategy, opt, var = self._mirrored(inner, use_tf_function)
+        self.assertEqual(test_util.num(opt.skipped_steps), 2)
+        ref, ref_var = self._one_device(inner)
+        self._assert_every_replica_matches(strategy, opt, var, ref, ref_var)
+
+    def test_every_replica_keeps_the_accumulation_window(self):
+        # Eagerly: in a tf.function Keras 3's own accumulation cannot run
+        # under MirroredStrategy (see the next test).
+        if not test_util.keras_has_gradient_accumulation():
+            self.skipTest("This Keras has no gradient_accumulation_steps.")
+
+        def inner():
+            return keras.optimizers.SGD(0.5, use_ema=True, ema_momentum=0.9,
+                                        gradient_accumulation_steps=2)
+
+        strategy, opt, var = self._mirrored(inner, use_tf_function=False)
+        # Windows (0, 1) and (4, 5) are dropped; step 6 opens a window.
+        self.assertEqual(test_util.num(opt.skipped_steps), 2)
+        ref, ref_var = self._one_device(inner)
+        self._assert_every_replica_matches(strategy, opt, var, ref, ref_var)
+
+    def test_accumulation_in_a_tf_function_is_refused_at_the_first_step(self):
+        if not test_util.keras_has_gradient_accumulation():
+            self.skipTest("This Keras has no gradient_accumulation_steps.")
+
+        def inner():
+            return keras.optimizers.SGD(0.5, gradient_accumulation_steps=2)
+
+        with self.assertRaisesRegex(
+            RuntimeError,
+            r"gradient_accumulation_steps=2.*tf\.function under "
+            r"MirroredStrategy.*eagerly"):
+            self._mirrored(inner, use_tf_function=True)
+
+    def test_fit(self):
+        # fit's step is a tf.function. The oracle: Keras 3's averaging
+        # formula on one device, over the weights after each batch.
+        rng = np.random.default_rng(3)
+        x = rng.normal(size=(48, 4)).astype("float32")
+        y = rng.normal(size=(48, 1)).astype("float32")
+        y[2] = 3e38  # The first batch (rows 0-7) overflows.
+        strategy = test_util.mirrored_strategy()
+        momentum = 0.8
+        with strategy.scope():
+            keras.utils.set_random_seed(1)
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2),
+                                      keras.layers.Dense(1)])
+            opt = tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(0.01, use_ema=True,
+                                     ema_momentum=momentum),
+                initial_scale=2.0**15)
+            model.compile(opt, "mse")
+        weights = []
+        record = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: weights.append(
+                [v.numpy() for v in model.trainable_variables]))
+        model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[record])
+        self.assertEqual(test_util.num(opt.skipped_steps), 1)
+        m = np.float32(momentum)
+        expected = weights[1]  # The first step that applied.
+        for step_weights in weights[2:]:
+            expected = [m * a + (np.float32(1) - m) * w
+                        for a, w in zip(expected, step_weights)]
+        averages = [v for v in opt.inner_optimizer.variables
+                    if "average" in v.name]
+        self.assertLen(averages, len(expected))
+        for average, e in zip(averages, expected):
+            for local in test_util.local_values(strategy, average):
+                self.assertAllEqual(local, e, msg=average.name)
+        # fit ends by copying the averages into the model, on every replica.
+        for variable, e in zip(model.trainable_variables, expected):
+            for local in test_util.local_values(strategy, variable):
+                self.assertAllEqual(local, e, msg=variable.name)
+
+
 class DifferentialTest(tf.test.TestCase, parameterized.TestCase):
     """Random runs against a NumPy model of TF 2.4's LossScaleOptimizer.
 

@@ -103,6 +103,31 @@ def in_xla_context() -> bool:
     )
 
 
+def merge_call_fails_in_cond() -> bool:
+    """Whether a `merge_call` inside a cond fails in this replica context.
+
+    TF 2.16 to 2.21: MirroredStrategy and MultiWorkerMirroredStrategy run
+    each replica in a thread of its own, whose `merge_call` refuses to run
+    inside a cond that is being traced ("`merge_call` called while defining
+    a new graph"), unless the strategy needs no `merge_call` (XLA on GPUs:
+    private `tf.__internal__.distribute.strategy_supports_no_merge_call`).
+    Eagerly a cond runs one branch as Python, and nothing fails.
+    """
+    import tensorflow as tf
+
+    if tf.executing_eagerly() or not tf.distribute.has_strategy():
+        return False
+    threaded = (
+        tf.distribute.MirroredStrategy,
+        tf.distribute.MultiWorkerMirroredStrategy,
+        tf.distribute.experimental.MultiWorkerMirroredStrategy,
+        tf.compat.v1.distribute.MirroredStrategy,
+        tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy,
+    )
+    return isinstance(tf.distribute.get_strategy(), threaded) and not (
+        tf.__internal__.distribute.strategy_supports_no_merge_call())
+
+
 def tf_keras_module() -> types.ModuleType | None:
     """Returns the `tf_keras` module if it is already imported, else None.
 
@@ -434,6 +459,20 @@ def keras_overwrite_with_ema(optimizer: Any) -> None:
 
 
 _NO_EMA_LOCK = threading.Lock()
+
+
+def keras_uses_ema(optimizer: Any) -> bool:
+    """Whether a Keras 3 optimizer keeps moving averages (`use_ema`).
+
+    The optimizer's own setting, also while `keras_apply_without_ema` has
+    switched it off for `apply`: MirroredStrategy runs each replica's step
+    in a thread of its own, so one replica may ask while another's `apply`
+    is running.
+    """
+    with _NO_EMA_LOCK:
+        if "_tf_lso_no_ema" in vars(optimizer):
+            return True
+        return bool(getattr(optimizer, "use_ema", False))
 
 
 @contextlib.contextmanager

@@ -147,6 +147,24 @@ def all_reduced(packed: packing.Packed) -> packing.Packed:
         context.all_reduce(tf.distribute.ReduceOp.SUM, packed.summands()))
 
 
+def in_cross_replica_context(fn: Callable[..., Any], *args: Any) -> Any:
+    """Calls `fn(*args)` once, in a cross-replica context.
+
+    From a replica context through `merge_call`: every replica waits for
+    the others, and `args` arrive as per-replica values (see
+    `first_replica`). For what a replica may not do itself, such as a cond
+    around `strategy.extended.update` (a `merge_call` inside a cond fails in
+    a `tf.function` under MirroredStrategy). Must not be called inside a
+    cond in a replica context.
+    """
+    if tf.distribute.has_strategy() and (
+        not tf.distribute.in_cross_replica_context()
+    ):
+        return tf.distribute.get_replica_context().merge_call(
+            lambda _, *args: fn(*args), args=args)
+    return fn(*args)
+
+
 def first_replica(value: Any) -> Any:
     """The first replica's copy of `value` in a cross-replica context.
 

@@ -71,13 +71,28 @@ class KerasInner(inner_optimizer.InnerOptimizer):
             if slot is not None:
                 compat.restore_position(position, slot)
 
+    def check_graph(self) -> None:
+        super().check_graph()
+        steps = self.accumulation_steps
+        if steps and compat.merge_call_fails_in_cond():
+            strategy = type(tf.distribute.get_strategy()).__name__
+            raise RuntimeError(
+                "Keras 3's gradient accumulation (gradient_accumulation_steps"
+                f"={steps} on the inner optimizer) cannot run in a "
+                f"tf.function under {strategy}: Keras's own `apply` calls "
+                "`merge_call` inside a cond, which TensorFlow refuses there "
+                "(with a bare Keras optimizer too). Run the step eagerly "
+                "(`run_eagerly=True` in `compile`, or no tf.function around "
+                "`strategy.run`), or accumulate the gradients yourself."
+            )
+
     def check_variables(self, var_list: list) -> None:
         compat.keras_check_variables_are_known(self.optimizer, var_list)
 
     def apply(self, grads_and_vars: list, name: str | None,
               aggregate: bool) -> typing.Any:
         del name  # Keras 3 optimizers take no name.
-        if not getattr(self.optimizer, "use_ema", False):
+        if not compat.keras_uses_ema(self.optimizer):
             return self._apply(grads_and_vars, aggregate)
         return self._apply_with_moving_averages(grads_and_vars, aggregate)
 
@@ -147,13 +162,21 @@ class KerasInner(inner_optimizer.InnerOptimizer):
                 tf.multiply(1.0 - momentum, var)))
         frequency = optimizer.ema_overwrite_frequency
         if frequency:
+            # Keras writes every replica's copy (`strategy.extended.update`),
+            # which only a cross-replica context may do inside a cond.
+            replicas.in_cross_replica_context(
+                self._overwrite_with_averages_if,
+                tf.equal((iterations + 1) % frequency, 0))
 
-            def overwrite() -> tf.Tensor:
-                compat.keras_overwrite_with_ema(optimizer)
-                return tf.constant(True)
+    def _overwrite_with_averages_if(self, due: tf.Tensor) -> None:
+        """Copies the averages into the variables if `due` (cross-replica)."""
 
-            tf.cond(tf.equal((iterations + 1) % frequency, 0), overwrite,
-                    lambda: tf.constant(False))
+        def overwrite() -> tf.Tensor:
+            compat.keras_overwrite_with_ema(self.optimizer)
+            return tf.constant(True)
+
+        tf.cond(replicas.first_replica(due), overwrite,
+                lambda: tf.constant(False))
 
     def learning_rate(self) -> typing.Any:
         schedule = compat.keras_learning_rate_schedule(self.optimizer)
