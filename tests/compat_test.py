@@ -238,6 +238,25 @@ def test_merge_call_fails_in_cond_hook():
     assert not tf.function(compat.merge_call_fails_in_cond)()
 
 
+def test_keras_loss_scale_optimizer_file_state_hook():
+    import keras
+
+    inner = keras.optimizers.Adam(0.1)
+    opt = keras.optimizers.LossScaleOptimizer(inner, initial_scale=64.0)
+    var = tf.Variable([1.0, 2.0])
+    opt.build([var])
+    opt.dynamic_scale.assign(16.0)
+    opt.step_counter.assign(3)
+    store = {}
+    opt.save_own_variables(store)  # What Keras writes in its files.
+    scale, counter = compat.keras_loss_scale_optimizer_file_state(
+        store, len(inner.variables))
+    assert (float(scale), int(counter)) == (16.0, 3)
+    # Another layout is not taken for it.
+    assert compat.keras_loss_scale_optimizer_file_state(
+        store, len(inner.variables) + 1) is None
+
+
 def test_keras_set_trainable_variables_hook():
     import keras
 

@@ -279,6 +279,105 @@ def _state(model):
             float(opt.loss_scale) if hasattr(opt, "loss_scale") else 0.0)
 
 
+def _keras_3_model(seed=4):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4),
+                              keras.layers.Dense(2, dtype="float32")])
+    model.compile(keras.optimizers.Adam(0.01), "mse")
+    return model
+
+
+def _keras_3_state(model):
+    """Weights, the inner optimizer's variables, the scale and the counter."""
+    opt = model.optimizer
+    if isinstance(opt, tf_lso.LossScaleOptimizer):
+        scale, counter = opt.loss_scale, opt.dynamic_counter
+    else:
+        scale, counter = opt.dynamic_scale, opt.step_counter
+    return ([np.asarray(w) for w in model.weights]
+            + [np.asarray(v) for v in opt.inner_optimizer.variables],
+            float(scale), int(np.asarray(counter)))
+
+
+@pytest.fixture
+def keras_3_file(tmp_path):
+    """A `.keras` file and a `.weights.h5` file written by Keras 3's own
+    LossScaleOptimizer (what `compile` makes under mixed_float16 without
+    tf_lso), after its scale moved; and plain Keras 3's state after loading
+    it and resuming `fit`."""
+    x, y = _resume_data()
+    bad = y.copy()
+    bad[0] = 6e4  # Its batch overflows in float16: the scale halves.
+    model = _keras_3_model()
+    assert type(model.optimizer) is keras.optimizers.LossScaleOptimizer
+    model.fit(x / 1e3, bad, batch_size=8, shuffle=False, verbose=0)
+    saved_scale = float(model.optimizer.dynamic_scale)
+    saved_counter = int(model.optimizer.step_counter)
+    assert saved_scale < 2.0**15 and saved_counter > 0
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    weights = str(tmp_path / "m.weights.h5")
+    model.save_weights(weights)
+    reference = keras.models.load_model(path)
+    assert float(reference.optimizer.dynamic_scale) == saved_scale
+    reference.fit(x / 1e3, y, batch_size=8, shuffle=False, verbose=0)
+    return path, weights, saved_scale, saved_counter, _keras_3_state(
+        reference)
+
+
+def _assert_resumes_as_keras_3(model, x, y, expected):
+    model.fit(x / 1e3, y, batch_size=8, shuffle=False, verbose=0)
+    got_vars, got_scale, got_counter = _keras_3_state(model)
+    expected_vars, expected_scale, expected_counter = expected
+    assert (got_scale, got_counter) == (expected_scale, expected_counter)
+    assert len(got_vars) == len(expected_vars)
+    for got, want in zip(got_vars, expected_vars):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_keras_3_file_resumes_under_install(keras_3_file):
+    # The inner optimizer's `iterations` agrees: no step of the resumed run
+    # is skipped (Keras 3 does not count a skipped step; TF 2.4 does).
+    path, _, saved_scale, saved_counter, expected = keras_3_file
+    tf_lso.install()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        loaded = keras.models.load_model(path)
+    assert type(loaded.optimizer) is tf_lso.LossScaleOptimizer
+    assert float(loaded.optimizer.loss_scale) == saved_scale
+    assert int(loaded.optimizer.dynamic_counter) == saved_counter
+    _assert_resumes_as_keras_3(loaded, *_resume_data(), expected)
+
+
+def test_keras_3_weights_load_into_tf_lso(keras_3_file):
+    _, weights, saved_scale, saved_counter, expected = keras_3_file
+    tf_lso.install()
+    model = _keras_3_model(seed=9)  # Other weights: all of them load.
+    model.optimizer.build(model.trainable_variables)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model.load_weights(weights)
+    assert float(model.optimizer.loss_scale) == saved_scale
+    assert int(model.optimizer.dynamic_counter) == saved_counter
+    _assert_resumes_as_keras_3(model, *_resume_data(), expected)
+
+
+def test_a_keras_3_file_into_a_fixed_scale_raises(keras_3_file):
+    _, weights, *_ = keras_3_file
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4),
+                              keras.layers.Dense(2, dtype="float32")])
+    opt = tf_lso.LossScaleOptimizer(keras.optimizers.Adam(0.01),
+                                    dynamic=False, initial_scale=64)
+    model.compile(opt, "mse")
+    opt.build(model.trainable_variables)
+    with pytest.raises(ValueError, match=r"Keras 3's LossScaleOptimizer.*"
+                                         r"dynamic.*fixed"):
+        model.load_weights(weights)
+    assert float(opt.loss_scale) == 64
+
+
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
 def test_load_model_under_install_resumes_training(tmp_path, policy):
     x, y = _resume_data()

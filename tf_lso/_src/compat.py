@@ -416,6 +416,29 @@ def keras_apply_without_all_reduce(
                 del state["_all_reduce_sum_gradients"]
 
 
+def keras_loss_scale_optimizer_file_state(
+        store: Any, inner_count: int) -> tuple[Any, Any] | None:
+    """The scale and counter in a Keras 3 LossScaleOptimizer's file entry.
+
+    Keras 3.8 to 3.15 save a `LossScaleOptimizer`'s `variables` by position
+    in its entry of a `.keras`/`.weights.h5` file: its own `iterations` and
+    `learning_rate` (unused), `step_counter`, `dynamic_scale`, then the
+    inner optimizer's `inner_count` variables (which Keras saves again under
+    `inner_optimizer`, and loads from there).
+
+    Args:
+        store: The dict-like store Keras passes to `load_own_variables`.
+        inner_count: How many variables the inner optimizer has.
+
+    Returns:
+        `(dynamic_scale, step_counter)` as stored, or None if `store` does
+        not have this layout.
+    """
+    if set(store.keys()) != {str(i) for i in range(4 + inner_count)}:
+        return None
+    return store["3"], store["2"]
+
+
 def keras_compile_owner() -> type[Any]:
     """The class whose `compile` Keras 3 compares a loaded model's against.
 

@@ -126,6 +126,10 @@ class Layout:
             return []
         return list(self._inner.variables())
 
+    def inner_variable_count(self) -> int:
+        """How many variables the inner optimizer has."""
+        return len(self._inner.variables())
+
     def inner_kind(self) -> str:
         """The inner optimizer's class name."""
         return type(self._inner.optimizer).__name__
@@ -240,11 +244,14 @@ class LayoutCheckpointing:
                                            np.uint8)
 
     def load_own_variables(self, store: MutableMapping[str, Any]) -> None:
-        """Loads what `save_own_variables` saved.
+        """Loads what `save_own_variables` saved, or Keras 3's own class.
 
         Files written before `skipped_steps` (or `window_overflowed`, or
         the variables of an inner optimizer that Keras does not save) was
         saved hold less; what they hold is loaded, the rest stays as it is.
+        The entry of Keras 3's `LossScaleOptimizer` (its layout:
+        `compat.keras_loss_scale_optimizer_file_state`) gives its dynamic
+        scale and counter.
 
         Args:
             store: The dict-like store Keras passes.
@@ -254,8 +261,11 @@ class LayoutCheckpointing:
                 optimizer (Keras loads the inner optimizer's variables by
                 position, so they would land in the wrong places), or if a
                 value is out of range (a loss scale that is not positive and
-                finite in float32, a negative count): the file is damaged.
-                Nothing of the loss scale state is loaded then.
+                finite in float32, a negative count): the file is damaged;
+                or if it holds another optimizer configuration's state (a
+                fixed scale's or a dynamic one's, with or without gradient
+                accumulation). Nothing of the loss scale state is loaded
+                then.
         """
         layout = self._built_layout()
         keys = [key for key in store.keys()
@@ -273,6 +283,12 @@ class LayoutCheckpointing:
                     f"in the wrong places. Load the file into a new model "
                     f"compiled with a LossScaleOptimizer around {saved}."
                 )
+        else:
+            keras_state = compat.keras_loss_scale_optimizer_file_state(
+                store, layout.inner_variable_count())
+            if keras_state is not None:
+                self._load_keras_3_state(layout, keras_state)
+                return
         self._load_inner_variables(layout, store)
         variables = layout.file_state()
         if len(layout.loss_scale.variables) <= len(keys) < len(variables):
@@ -280,16 +296,39 @@ class LayoutCheckpointing:
             # `window_overflowed` yet.
             variables = variables[:len(keys)]
         if len(keys) != len(variables):
-            warnings.warn(
-                f"Skipping loading the loss scale of optimizer "
-                f"'{self.name}': the file holds {len(keys)} values "
-                f"but this optimizer keeps {len(variables)}. The loss scale "
-                "starts from its initial value.",
-                stacklevel=2,
+            names = ", ".join(v.name.split(":")[0] for v in variables)
+            raise ValueError(
+                f"Cannot load the loss scale state of optimizer "
+                f"'{self.name}': the file holds {len(keys)} values where "
+                f"this optimizer keeps {len(variables)} ({names}), so it was "
+                f"written by an optimizer of another configuration (a fixed "
+                f"or dynamic loss scale, gradient accumulation). Nothing of "
+                f"the loss scale state was loaded. Load the file into a "
+                f"model compiled as the one that saved it."
             )
-            return
         values = [_checked(self.name, variable, store[str(i)])
                   for i, variable in enumerate(variables)]
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+
+    def _load_keras_3_state(self, layout: Layout,
+                            state: tuple[Any, Any]) -> None:
+        """Loads the entry of Keras 3's own LossScaleOptimizer: its dynamic
+        scale and counter (Keras loads the inner optimizer itself).
+        `skipped_steps`, which Keras 3 does not keep, stays as it is."""
+        variables = [getattr(layout.loss_scale, name, None)
+                     for name in _KERAS_STATE.values()]
+        if any(variable is None for variable in variables):
+            raise ValueError(
+                f"Cannot load the loss scale state of optimizer "
+                f"'{self.name}': the file was written by Keras 3's "
+                f"LossScaleOptimizer, whose loss scale is dynamic, and this "
+                f"optimizer's is {layout.loss_scale!r} (fixed). Load the "
+                f"file into a LossScaleOptimizer with dynamic=True (the "
+                f"default)."
+            )
+        values = [_checked(self.name, variable, value)
+                  for variable, value in zip(variables, state)]
         for variable, value in zip(variables, values):
             variable.assign(value)
 
