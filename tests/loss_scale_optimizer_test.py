@@ -9,7 +9,9 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
+from tf_lso._src import compat
 from tf_lso._src.gradients import packing as gradients_lib
+from tf_lso._src.optimizer import loss_scale_optimizer as lso_lib
 
 import inner_kinds
 import test_util
@@ -1262,12 +1264,24 @@ class MirroredMovingAverageTest(tf.test.TestCase, parameterized.TestCase):
             opt.apply_gradients([(tf.constant(summed), var)])
         return opt, var
 
+    def _state(self, opt):
+        """Every variable tf_lso keeps: the optimizer's (the inner one's,
+        the loss scale's), `skipped_steps`, the overflow and report records
+        and, with accumulation, `window_overflowed`."""
+        children = compat.trackable_children(opt, "checkpoint")
+        window = [children["window_overflowed"]] if (
+            "window_overflowed" in children) else []
+        return (list(opt.variables) + [opt.skipped_steps] + window
+                + list(lso_lib.overflow_record(opt).variables)
+                + list(lso_lib.gradient_reports(opt).variables))
+
     def _assert_every_replica_matches(self, strategy, opt, var, ref, ref_var):
-        mine = [var, opt.skipped_steps] + list(opt.variables)
-        theirs = [ref_var, ref.skipped_steps] + list(ref.variables)
+        mine = [var] + self._state(opt)
+        theirs = [ref_var] + self._state(ref)
         self.assertLen(mine, len(theirs))
         names = [v.name for v in theirs]
         self.assertTrue(any("average" in name for name in names), names)
+        self.assertIn("overflow_count:0", names)
         for a, b in zip(mine, theirs):
             for local in test_util.local_values(strategy, a):
                 self.assertAllEqual(local, b, msg=a.name)
