@@ -83,10 +83,17 @@ def _wait(workers):
 
 
 def _logs(workers):
+    """Each worker's RESULT line whole, after the last 4000 characters of
+    the rest of its output."""
     text = []
     for index, (_, log) in enumerate(workers):
         log.seek(0)
-        text.append(f"--- worker {index} ---\n{log.read()[-4000:]}")
+        lines = log.read().splitlines()
+        results = [line for line in lines if line.startswith("RESULT ")]
+        rest = "\n".join(line for line in lines
+                         if not line.startswith("RESULT "))
+        text.append("\n".join([f"--- worker {index} ---", rest[-4000:],
+                               *results]))
     return "\n".join(text)
 
 
@@ -128,7 +135,7 @@ def _reference(scenario, tmp_path):
 # Scenarios that run one after another in one pair of workers (starting a
 # pair takes about 5 s).
 _SHARED_RUN = ("overflow_on_worker_1", "overflow_on_worker_0", "clipped_sum",
-               "checkpoint")
+               "checkpoint", "moving_averages")
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +178,20 @@ def test_clipping_sees_the_sum_over_workers(shared_run, tmp_path):
     worker0, worker1 = _results(shared_run, "clipped_sum")
     assert worker0 == worker1 == _reference("clipped_sum", tmp_path)
     assert worker0["var"] == 3.0
+
+
+def test_moving_averages_are_the_same_on_both_workers(shared_run, tmp_path):
+    # Each worker's (and, in the reference, each replica's) copy of the
+    # averages is read separately: `_local` fails if they differ.
+    worker0, worker1 = _results(shared_run, "moving_averages")
+    assert worker0 == worker1 == _reference("moving_averages", tmp_path)
+    assert [state["skipped_steps"] for state in worker0] == [0, 1, 1, 1]
+    averages = [path for path in worker0[-1]["optimizer"]
+                if "average" in path]
+    assert averages
+    # Step 3 (iterations 2) copied the averages into the variable.
+    assert worker0[2]["var"] == [worker0[2]["optimizer"][path]
+                                 for path in averages][0]
 
 
 def test_checkpoint_from_chief_restores_on_both(shared_run, tmp_path):

@@ -21,11 +21,11 @@ NO_OVERFLOW = -1
 COLLECTIVE_TIMEOUT_SECONDS = 30
 
 
-def _build(strategy):
+def _build(strategy, **adam_arguments):
     with strategy.scope():
         var = tf.Variable([1.0, -1.0])
         opt = tf_lso.LossScaleOptimizer(
-            keras.optimizers.Adam(0.1), initial_scale=64,
+            keras.optimizers.Adam(0.1, **adam_arguments), initial_scale=64,
             dynamic_growth_steps=2,
         )
     return var, opt
@@ -94,6 +94,16 @@ def overflow_on_worker_0(strategy, workdir):
     del workdir
     return _train(strategy, *_build(strategy), [NO_OVERFLOW, 0, NO_OVERFLOW],
                   overflow=True)
+
+
+def moving_averages(strategy, workdir):
+    """Keras 3's `use_ema`, copied into the variable every 3 steps; the
+    second step overflows on worker 1 (issue 49)."""
+    del workdir
+    var, opt = _build(strategy, use_ema=True, ema_momentum=0.5,
+                      ema_overwrite_frequency=3)
+    return _train(strategy, var, opt,
+                  [NO_OVERFLOW, 1, NO_OVERFLOW, NO_OVERFLOW])
 
 
 def _task_id(strategy):
@@ -204,6 +214,7 @@ SCENARIOS = {
     "overflow_on_worker_1": overflow_on_worker_1,
     "overflow_on_worker_0": overflow_on_worker_0,
     "checkpoint": checkpoint,
+    "moving_averages": moving_averages,
     "preempted": preempted,
     "preempted_kill": preempted_kill,
 }
