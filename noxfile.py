@@ -79,6 +79,7 @@ CHECKER_TESTS = (
     "tests/migration_check_test.py",
     "tests/migration_fix_test.py",
     "tests/migration_rules_test.py",
+    "tests/migration_mixed_precision_test.py",
     "tests/legacy_names_test.py",
     "tests/layering_test.py",
     "tests/main_test.py",

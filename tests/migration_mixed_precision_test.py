@@ -1,0 +1,303 @@
+"""Tests for the mixed-precision bug rules of `tf-lso check` (issue 52).
+
+`clip-before-unscale`, `unscale-once`, `bfloat16-loss-scale` and
+`float16-output`. The fixtures in mixed_precision_snippets/ are the shapes
+of the bugs issue 52 cites: in each `*_before.py` a `# finds: RULE`
+comment line marks the line after it, which must be reported, and its
+`*_after.py` (the fix) must give nothing. Runs without TensorFlow (nox -s checker).
+"""
+
+import json
+import pathlib
+import re
+
+import pytest
+
+from tf_lso_migration import check
+from tf_lso_migration import cli
+from tf_lso_migration import rules
+
+FIXTURES = pathlib.Path(__file__).parent / "mixed_precision_snippets"
+NEW_RULES = ("clip-before-unscale", "unscale-once", "bfloat16-loss-scale",
+             "float16-output")
+ONLY_NEW = check.Options(select=frozenset(NEW_RULES))
+
+
+def _found(source, options=ONLY_NEW):
+    return [(f.line, f.rule) for f in check.check_source(source,
+                                                         options=options)]
+
+
+def _marked(path):
+    """(line, rule) for each line after a `# finds: RULE` comment line."""
+    return [(number + 1, match.group(1)) for number, line in enumerate(
+        path.read_text().splitlines(), 1)
+        for match in [re.fullmatch(r"\s*# finds: ([a-z0-9-]+)", line)]
+        if match]
+
+
+@pytest.mark.parametrize("rule", NEW_RULES)
+def test_before_finds_every_marked_line(rule):
+    before = FIXTURES / f"{rule.replace('-', '_')}_before.py"
+    marked = _marked(before)
+    assert marked and {r for _, r in marked} == {rule}
+    assert _found(before.read_text()) == marked
+
+
+@pytest.mark.parametrize("rule", NEW_RULES)
+def test_after_is_silent(rule):
+    after = FIXTURES / f"{rule.replace('-', '_')}_after.py"
+    assert _found(after.read_text()) == []
+
+
+def test_rules_are_registered_with_the_rule_form():
+    for rule_id in NEW_RULES:
+        rule = rules.RULES[rule_id]
+        assert rule.severity == "warning"
+        assert rule.routes == rules.ROUTES
+        assert not rule.fixes  # No --fix: the message shows the order.
+        assert rule.section == "Mixed-precision bugs"
+
+
+# (source, expected findings of the new rules)
+CASES = [
+    # Old and new names, one flow: tf_lso's and the legacy class alike.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    g, n = tf.clip_by_global_norm(g, 1.0)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     [(4, "clip-before-unscale"), (5, "unscale-once")]),
+    # Tuple unpacking and indexing of the clip's result.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    s = opt.get_scaled_loss(loss)\n"
+     "    out = tf.clip_by_global_norm(tape.gradient(s, vs), 1.0)\n"
+     "    tf.summary.scalar('norm', out[1])\n",
+     [(4, "clip-before-unscale"), (5, "clip-before-unscale")]),
+    # `import tensorflow.compat.v2 as tf`, `tf.gradients` (graph mode).
+    ("import tensorflow.compat.v2 as tf\n"
+     "def step(opt, loss, vs):\n"
+     "    grads = tf.gradients(opt.get_scaled_loss(loss), vs)\n"
+     "    print('grads', grads)\n",
+     [(4, "clip-before-unscale")]),
+    # A value reassigned is followed no further.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    g = hvd_allreduce(g)\n"
+     "    g, _ = tf.clip_by_global_norm(g, 1.0)\n",
+     []),
+    # An item assignment makes the list unsure.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    for i in range(len(g)):\n"
+     "        g[i] = g[i] / opt.loss_scale\n"
+     "    g, _ = tf.clip_by_global_norm(g, 1.0)\n",
+     []),
+    # Unscaled in one branch only: not sure after the `if`.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs, fp16):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    if fp16:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # Unscaled in both branches: sure.
+    ("def step(opt, tape, loss, vs, a):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    if a:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    else:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply(g)\n",
+     [(7, "unscale-once")]),
+    # A branch that returns does not reach what follows.
+    ("def step(opt, tape, loss, vs, a):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    if a:\n"
+     "        return None\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     [(5, "unscale-once")]),
+    # A `try`: what its body and `finally` do holds after it.
+    ("def step(opt, tape, loss, vs):\n"
+     "    try:\n"
+     "        g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    finally:\n"
+     "        log()\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     [(6, "unscale-once")]),
+    ("def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    try:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    except ValueError:\n"
+     "        pass\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # Nested functions are scopes of their own: no value crosses.
+    ("def outer(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    def inner():\n"
+     "        opt.apply_gradients(zip(g, vs))\n"
+     "    return inner\n",
+     []),
+    # Module-level training code is followed too.
+    ("import tensorflow as tf\n"
+     "with tf.GradientTape() as tape:\n"
+     "    scaled = opt.get_scaled_loss(loss)\n"
+     "grads = tape.gradient(scaled, model.trainable_variables)\n"
+     "opt.apply_gradients(zip(grads, model.trainable_variables))\n",
+     [(5, "unscale-once")]),
+    # `apply` of another object than the one that unscaled: not sure.
+    ("def step(opt, ema, tape, loss, vs):\n"
+     "    g = opt.get_unscaled_gradients(\n"
+     "        tape.gradient(opt.scale_loss(loss), vs))\n"
+     "    ema.apply(g)\n",
+     []),
+    # PyTorch's apex `amp.scale_loss(loss, optimizer)` is not Keras's.
+    ("import torch\n"
+     "def step(loss, optimizer, model):\n"
+     "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+     "        scaled_loss.backward()\n"
+     "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+     []),
+    # A logged value labelled as scaled is meant.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    tf.print('scaled norm', tf.linalg.global_norm(g))\n",
+     []),
+    # bfloat16: Keras 3's `keras.config` and the TF 2.1-2.3 names.
+    ("import keras\n"
+     "keras.config.set_dtype_policy('mixed_bfloat16')\n"
+     "opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())\n",
+     [(3, "bfloat16-loss-scale")]),
+    ("import tensorflow as tf\n"
+     "from tensorflow.keras.mixed_precision import experimental as mp\n"
+     "mp.set_policy(mp.Policy('mixed_bfloat16'))\n"
+     "scale = tf.mixed_precision.experimental.DynamicLossScale()\n"
+     "opt = mp.LossScaleOptimizer(opt, loss_scale=scale)\n"  # Not followed.
+     "opt2 = mp.LossScaleOptimizer(opt, loss_scale=128)\n"  # Fixed.
+     "opt3 = mp.LossScaleOptimizer(opt, 'dynamic')\n",
+     [(4, "bfloat16-loss-scale"), (7, "bfloat16-loss-scale")]),
+    ("import tensorflow as tf\n"
+     "import tf_lso\n"
+     "tf.keras.mixed_precision.set_global_policy('mixed_bfloat16')\n"
+     "a = tf_lso.LossScaleOptimizer(opt)\n"
+     "b = tf_lso.LossScaleOptimizer(opt, False, 8)\n"
+     "c = tf_lso.LossScaleOptimizer(opt, dynamic=flag)\n",
+     [(4, "bfloat16-loss-scale")]),
+    # The policy set in one branch, the optimizer built in the other.
+    ("import keras\n"
+     "if tpu:\n"
+     "    keras.mixed_precision.set_global_policy('mixed_bfloat16')\n"
+     "else:\n"
+     "    opt = keras.optimizers.LossScaleOptimizer(opt)\n",
+     []),
+    # Two policies in one file: which one holds is not sure.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_bfloat16')\n"
+     "opt = keras.optimizers.LossScaleOptimizer(opt)\n"
+     "keras.mixed_precision.set_global_policy(POLICY)\n",
+     []),
+    # Built before the policy is set, in the same function.
+    ("import keras\n"
+     "opt = keras.optimizers.LossScaleOptimizer(opt)\n"
+     "keras.mixed_precision.set_global_policy('mixed_bfloat16')\n",
+     []),
+    # float16-output: the model's last layer, `keras` spelled as Keras 3.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "model = keras.Sequential([keras.layers.Dense(4),\n"
+     "                          keras.layers.Softmax()])\n"
+     "other = keras.Sequential([keras.layers.Dense(4)])\n"
+     "other.add(keras.layers.Dense(1))\n",
+     [(4, "float16-output")]),
+    # A custom layer's dtype is its own business; a float32 policy is fine.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "model = keras.Sequential([keras.layers.Dense(4), MyHead()])\n"
+     "last = keras.Sequential([keras.layers.Dense(4, dtype=policy)])\n",
+     []),
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('float32')\n"
+     "model = keras.Sequential([keras.layers.Dense(4)])\n",
+     []),
+    # Outputs cast to float32 by hand do what a float32 layer would.
+    ("import tensorflow as tf\n"
+     "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "model = tf.keras.Sequential([tf.keras.layers.Dense(4)])\n"
+     "y = tf.cast(model(x), tf.float32)\n",
+     []),
+]
+
+
+@pytest.mark.parametrize("source, expected", CASES)
+def test_cases(source, expected):
+    assert _found(source) == expected
+
+
+def test_the_rules_hold_on_both_routes():
+    source = (FIXTURES / "unscale_once_before.py").read_text()
+    assert _found(source, check.Options(
+        select=frozenset(NEW_RULES), route="tf-keras")) == _found(source)
+
+
+def test_suppression_select_and_ignore():
+    source = ("def step(opt, tape, loss, vs):\n"
+              "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+              "    opt.apply_gradients(zip(g, vs))  # tf-lso: ignore[unscale-once]\n")
+    assert _found(source) == []
+    source = source.replace("  # tf-lso: ignore[unscale-once]", "")
+    assert _found(source) == [(3, "unscale-once")]
+    assert _found(source, check.Options(ignore={"unscale-once"})) == []
+    assert _found(source, check.Options(select={"float16-output"})) == []
+
+
+def test_notebook_cells_are_one_program(tmp_path):
+    notebook = tmp_path / "train.ipynb"
+    cells = [
+        "import tensorflow as tf\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_bfloat16')",
+        "opt = tf.keras.optimizers.SGD()\n"
+        "opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)",
+    ]
+    notebook.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "source": source} for source in cells]}))
+    found = check.check_file(notebook, ONLY_NEW)
+    assert [(f.cell, f.line, f.column, f.rule) for f in found] == [
+        (1, 2, 7, "bfloat16-loss-scale")]
+
+
+def test_sarif_and_rule_page(capsys):
+    before = FIXTURES / "float16_output_before.py"
+    assert cli.main(["check", str(before), "--format", "sarif",
+                     "--select", "float16-output"]) == 0
+    sarif = json.loads(capsys.readouterr().out)
+    [rule] = sarif["runs"][0]["tool"]["driver"]["rules"]
+    assert rule["id"] == "float16-output"
+    assert rule["defaultConfiguration"] == {"level": "warning"}
+    assert [r["locations"][0]["physicalLocation"]["region"]["startLine"]
+            for r in sarif["runs"][0]["results"]] == [
+        n for n, _ in _marked(before)]
+    assert cli.main(["rule", "unscale-once"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("unscale-once (warning; routes: keras3, tf-keras)")
+    assert "opt.apply_gradients(zip(grads, vars))     # TF 2.x" in page
+    assert "`--fix` leaves what it finds to you." in page
+
+
+def test_messages_show_the_corrected_order():
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "def step(opt, tape, loss, vs):\n"
+        "    g = tape.gradient(opt.scale_loss(loss), vs)\n"
+        "    g, _ = tf.clip_by_global_norm(g, 1.0)\n"
+        "    opt.apply(g)\n", options=ONLY_NEW)
+    assert clip.message.startswith(
+        "`tf.clip_by_global_norm` clips gradients of a scaled loss before "
+        "they are unscaled")
+    assert "set the clipping on the inner optimizer" in clip.message
+    assert not clip.fixable

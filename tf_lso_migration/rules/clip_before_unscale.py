@@ -1,0 +1,58 @@
+"""`clip-before-unscale`: gradients clipped, normed or logged while scaled."""
+
+from tf_lso_migration import rule
+from tf_lso_migration.rules import _mixed_precision as flow
+
+
+@rule.register
+class ClipBeforeUnscale(rule.Rule):
+    """gradients of a scaled loss clipped, normed or logged before they
+    are unscaled, so that the clip or the logged value is off by the loss
+    scale
+
+    `tape.gradient(scaled_loss, vars)` returns the true gradients times the
+    loss scale (2**15 by default). Clipping them to a norm of 1.0 clips
+    almost every step, and a logged gradient or gradient norm is the loss
+    scale times too large. Unscale first, then clip or log:
+
+        grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, vars))
+        grads, _ = tf.clip_by_global_norm(grads, 1.0)
+        opt.apply_gradients(zip(grads, vars))
+
+    With Keras 3's protocol (`scale_loss`, then `apply`, which unscales
+    inside) the gradients are scaled up to `apply`: set the clipping on the
+    inner optimizer (`global_clipnorm=`, `clipnorm=`), which clips unscaled
+    gradients. Not reported: a clip norm that is itself multiplied by the
+    loss scale, and a log call whose text says it logs a scaled value.
+    """
+
+    id, severity = "clip-before-unscale", "warning"
+    section = "Mixed-precision bugs"
+
+    def finish(self, context):
+        for event in flow.gradient_events(context):
+            if event.what in ("clip", "log"):
+                context.report(event.node, self.id, _message(event))
+
+
+def _message(event):
+    if event.what == "log":
+        return (f"`{event.call}` logs gradients of a scaled loss (or their "
+                "norm) before they are unscaled: the value is the loss scale "
+                "(2**15 by default) times too large. Log what "
+                "`opt.get_unscaled_gradients(grads)` returns.")
+    done = "clips" if event.call.rpartition(".")[2].startswith(
+        "clip") else "takes the norm of"
+    text = (f"`{event.call}` {done} gradients of a scaled loss before they "
+            "are unscaled: they are the true gradients times the loss scale "
+            "(2**15 by default), so clipping them at 1.0 clips almost "
+            "every one. ")
+    if event.protocol == flow.KERAS3:
+        return text + ("After `scale_loss`, `apply` unscales inside: set the "
+                       "clipping on the inner optimizer (`global_clipnorm=`/"
+                       "`clipnorm=`), or with tf_lso's optimizer unscale "
+                       "first (`grads = opt.get_unscaled_gradients(grads)`), "
+                       "clip, then `opt.apply_gradients(zip(grads, vars))`.")
+    return text + ("Unscale first: `grads = opt.get_unscaled_gradients("
+                   "tape.gradient(scaled_loss, vars))`, then clip, then "
+                   "`opt.apply_gradients(zip(grads, vars))`.")
