@@ -373,7 +373,7 @@ def test_a_keras_3_file_into_a_fixed_scale_raises(keras_3_file):
     model.compile(opt, "mse")
     opt.build(model.trainable_variables)
     with pytest.raises(ValueError, match=r"Keras 3's LossScaleOptimizer.*"
-                                         r"dynamic.*fixed"):
+                                         r"dynamic.*has no dynamic scale"):
         model.load_weights(weights)
     assert float(opt.loss_scale) == 64
 

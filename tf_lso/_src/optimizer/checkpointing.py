@@ -316,16 +316,16 @@ class LayoutCheckpointing:
         """Loads the entry of Keras 3's own LossScaleOptimizer: its dynamic
         scale and counter (Keras loads the inner optimizer itself).
         `skipped_steps`, which Keras 3 does not keep, stays as it is."""
-        variables = [getattr(layout.loss_scale, name, None)
-                     for name in _KERAS_STATE.values()]
+        variables: list[Any] = [getattr(layout.loss_scale, name, None)
+                                for name in _KERAS_STATE.values()]
         if any(variable is None for variable in variables):
             raise ValueError(
                 f"Cannot load the loss scale state of optimizer "
                 f"'{self.name}': the file was written by Keras 3's "
                 f"LossScaleOptimizer, whose loss scale is dynamic, and this "
-                f"optimizer's is {layout.loss_scale!r} (fixed). Load the "
-                f"file into a LossScaleOptimizer with dynamic=True (the "
-                f"default)."
+                f"optimizer's loss scale, {layout.loss_scale!r}, has no "
+                f"dynamic scale and counter. Load the file into a "
+                f"LossScaleOptimizer with dynamic=True (the default)."
             )
         values = [_checked(self.name, variable, value)
                   for variable, value in zip(variables, state)]
