@@ -13,7 +13,7 @@ Needs matplotlib: `pip install "tf_lso[examples]"`.
     python examples/plot_training_health.py
 
 `--output PATH` saves the PNG elsewhere, `--steps N` trains longer or
-shorter. `--gradient-report` adds a third panel beside them: at every step,
+shorter. `--gradient-report` adds two panels below them: at every step,
 the share of gradient elements below float16's smallest normal at the loss
 scale, and the headroom (doublings left for the largest element), from
 `opt.gradient_report` (docs/training_health.md):
@@ -106,8 +106,8 @@ def figure(scales, skipped, losses, reports=None):
         scales: The loss scale each step was taken with.
         skipped: Whether each step was skipped.
         losses: Each step's loss.
-        reports: None, or each step's (below-normal share, headroom): a
-            third axis shows them (the headroom on a twin axis).
+        reports: None, or each step's (below-normal share, headroom): two
+            more axes show them, the share and the headroom.
     """
     try:
         import matplotlib
@@ -121,9 +121,9 @@ def figure(scales, skipped, losses, reports=None):
 
     steps = range(len(scales))
     bad = [step for step in steps if skipped[step]]
-    result, axes = pyplot.subplots(2 if reports is None else 3, 1,
+    result, axes = pyplot.subplots(2 if reports is None else 4, 1,
                                    sharex=True,
-                                   figsize=(9, 6 if reports is None else 8))
+                                   figsize=(11, 6 if reports is None else 10))
     top, bottom = axes[:2]
     result.suptitle(f"Loss scaling over {len(scales)} steps: {len(bad)} "
                     "skipped for non-finite gradients")
@@ -134,34 +134,42 @@ def figure(scales, skipped, losses, reports=None):
              markersize=8, label="skipped step (scale then halved)")
     top.set_yscale("log", base=2)
     top.set_ylabel("loss scale (log2)")
-    top.legend(loc="lower right")
     bottom.plot(steps, losses, color="C2", label="loss")
     bottom.plot(bad, [losses[step] for step in bad], "x", color="C3",
                 markersize=8, label="skipped step")
     bottom.set_yscale("log")
     bottom.set_ylabel("loss (log)")
-    bottom.set_xlabel("step")
-    bottom.legend(loc="upper right")
     if reports is not None:
-        bottom.set_xlabel("")
-        _report_axis(axes[2], steps, reports)
+        _report_axes(axes[2], axes[3], steps, reports)
+    axes[-1].set_xlabel("step")
+    for axis in axes:  # Beside the panel, never on the data.
+        axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1),
+                    borderaxespad=0)
     result.tight_layout()
     return result
 
 
-def _report_axis(axis, steps, reports):
-    """The gradient reports: below-normal share and, on a twin, headroom."""
+def _report_axes(share_axis, headroom_axis, steps, reports):
+    """The gradient reports: the below-normal share, and the headroom."""
     below = [100 * share for share, _ in reports]
-    axis.plot(steps, below, color="C1",
-              label="gradient elements below 2**-14 (%)")
-    axis.set_ylabel("below float16 normal (%)")
-    axis.set_xlabel("step")
-    twin = axis.twinx()
-    twin.step(steps, [room for _, room in reports], where="post",
-              color="C0", label="headroom (doublings)")
-    twin.set_ylabel("headroom (doublings)")
-    axis.legend(loc="lower left")
-    twin.legend(loc="lower right")
+    # A share of 0 lies on the axis's bottom edge: drawn over it.
+    share_axis.plot(steps, below, color="C1", clip_on=False, linewidth=2,
+                    zorder=3,
+                    label="gradient elements\nbelow $2^{-14}$, float16's\n"
+                    "smallest normal")
+    share_axis.set_ylabel("below float16 normal (%)")
+    # A share starts at 0; a share of 0 everywhere gets a 0-1 % axis.
+    share_axis.set_ylim(0, max(1.0, 1.1 * max(below, default=0.0)))
+    headroom = [room for _, room in reports]
+    headroom_axis.step(steps, headroom, where="post", color="C0",
+                       label="headroom: doublings\nleft for the largest\n"
+                       "element")
+    headroom_axis.axhline(0, color="0.3", linestyle="--", linewidth=1,
+                          label="0: at float16's maximum\n(below 0: beyond it)")
+    headroom_axis.set_ylabel("headroom (doublings)")
+    finite = [room for room in headroom if abs(room) != float("inf")]
+    low, high = min(finite + [0.0]), max(finite + [0.0])
+    headroom_axis.set_ylim(low - 1, high + 1)
 
 
 def main(argv=None):

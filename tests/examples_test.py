@@ -99,10 +99,61 @@ def test_training_health_figure_with_gradient_reports():
                                          [3.0, 2.0, 1.0], reports)
     _, middle, report, twin = figure.axes
     assert middle.get_xlabel() == ""
-    assert report.get_xlabel() == "step"
+    assert report.get_xlabel() == ""  # The headroom's panel is below.
+    assert twin.get_xlabel() == "step"
     assert report.get_ylabel() == "below float16 normal (%)"
     assert list(report.get_lines()[0].get_ydata()) == [0.0, 25.0, 50.0]
     assert twin.get_ylabel() == "headroom (doublings)"
     headroom = twin.get_lines()[0]
     assert headroom.get_drawstyle() == "steps-post"
     assert list(headroom.get_ydata()) == [2.0, 1.0, -3.0]
+
+
+def _overlap(a, b):
+    return (a.x0 < b.x1 and b.x0 < a.x1) and (a.y0 < b.y1 and b.y0 < a.y1)
+
+
+def test_training_health_panels_read_without_the_docs():
+    # Issue 51: a share axis from 0 (the share is never negative), the
+    # headroom on its own axis with its zero drawn and labelled, legends
+    # beside the data (not on the spike of a skipped step), 2**-14 as math.
+    plot_training_health = _plot_example()
+    steps = 300
+    skipped = [step in (150, 250) for step in range(steps)]
+    scales = [2.0**15] * steps
+    losses = [1e11 if bad else 2.0 for bad in skipped]
+    reports = [(0.0, -16.0 if bad else 2.0 - step // 200)
+               for step, bad in enumerate(skipped)]
+    figure = plot_training_health.figure(scales, skipped, losses, reports)
+    figure.canvas.draw()
+    top, loss, share, headroom = figure.axes
+    assert share.get_ylim()[0] == 0 and share.get_ylim()[1] > 0
+    assert share.get_lines()[0].get_zorder() > share.spines["bottom"].zorder
+    assert headroom not in (share, *share.get_shared_y_axes().get_siblings(
+        share))
+    assert not _overlap(share.get_window_extent(),
+                        headroom.get_window_extent())  # Its own panel.
+    low, high = headroom.get_ylim()
+    assert low < -16 and high > 2
+    [zero] = [line for line in headroom.get_lines()
+              if list(line.get_ydata()) == [0, 0]]
+    assert zero.get_label() == "0: at float16's maximum\n(below 0: beyond it)"
+    assert "0" in [t.get_text() for t in headroom.get_yticklabels()]
+    labels = {line.get_label() for axis in figure.axes
+              for line in axis.get_lines()}
+    assert ("gradient elements\nbelow $2^{-14}$, float16's\nsmallest normal"
+            in labels)
+    assert not any("**" in label for label in labels)
+    figure_box = figure.bbox
+    for axis in figure.axes:
+        legend = axis.get_legend()
+        box = legend.get_window_extent()
+        # On no panel's data area, and inside the saved image.
+        for other in figure.axes:
+            assert not _overlap(box, other.get_window_extent()), (
+                axis.get_ylabel(), other.get_ylabel())
+        assert (box.x0 >= figure_box.x0 and box.x1 <= figure_box.x1
+                and box.y0 >= figure_box.y0 and box.y1 <= figure_box.y1)
+    # The loss's legend is off the spike of step 250 and its marker.
+    spike = loss.transData.transform((250, 1e11))
+    assert not loss.get_legend().get_window_extent().contains(*spike)

@@ -188,6 +188,110 @@ def test_help_shows_examples(capsys):
         assert example in capsys.readouterr().out, command
 
 
+def test_help_points_to_what_an_installed_tool_has(capsys):
+    # A wheel has no docs/ (issue 51): the tool's own rule texts, and the
+    # project's migration guide by its title.
+    from tf_lso_migration import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"], prog="tf-lso")
+    out = capsys.readouterr().out
+    assert "docs/" not in out
+    assert " ".join(out.split()).endswith(
+        "more: `tf-lso rule` lists the rules, `tf-lso rule ID` explains one "
+        "and what to write instead; tf_lso's migration guide is \"Migrating "
+        "TF 2.1–2.4 loss scaling code to tf_lso\" in the project's "
+        "documentation")
+
+
+# TensorFlow's C++ log lines (absl's format and the older one), and absl's
+# notice before them.
+_TF_LOG = re.compile(r"^([IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d [\d:.]+: [IWEF] )"
+                     r"|^WARNING: All log messages before absl|cuInit",
+                     re.MULTILINE)
+_SCRIPT = textwrap.dedent("""\
+    import sys
+    import warnings
+
+    import tensorflow as tf
+
+    # Still possible: run did not start TensorFlow's runtime.
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    print("logical CPUs:", len(tf.config.list_logical_devices("CPU")))
+    print("the script's own stderr", file=sys.stderr)
+    warnings.warn("the script's own warning")
+    raise RuntimeError("the script's own error")
+""")
+
+
+@migration_util.needs_tensorflow
+def test_run_shows_the_script_not_tensorflows_start_up_log(tmp_path):
+    # Issue 51: TensorFlow's start-up notices (and on a machine without a
+    # GPU an error-level cuInit line) read as tf_lso failing.
+    (tmp_path / "script.py").write_text(_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-m", "tf_lso", "run", "script.py"],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
+    assert done.returncode == 1
+    assert done.stdout == "logical CPUs: 2\n"
+    assert not _TF_LOG.search(done.stderr), done.stderr
+    assert done.stderr.startswith("the script's own stderr\n"), done.stderr
+    assert "UserWarning: the script's own warning" in done.stderr
+    assert 'File "script.py", line 13, in <module>' in done.stderr
+    assert done.stderr.endswith(
+        "RuntimeError: the script's own error\n"), done.stderr
+
+    # TF_CPP_MIN_LOG_LEVEL set by the user: TensorFlow logs as it says.
+    done = subprocess.run([sys.executable, "-m", "tf_lso", "run", "script.py"],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert done.stdout == "logical CPUs: 2\n"
+    assert _TF_LOG.search(done.stderr), done.stderr
+    assert done.stderr.endswith(
+        "RuntimeError: the script's own error\n"), done.stderr
+
+
+def test_run_hides_only_tensorflows_log_at_start_up(capfd, monkeypatch):
+    from tf_lso_migration import cli
+
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    written = (
+        b"WARNING: All log messages before absl::InitializeLog() is called "
+        b"are written to STDERR\n"
+        b"I0000 00:00:1795836741.970703    6506 port.cc:153] oneDNN custom "
+        b"operations are on.\n"
+        b"a Python warning\n"
+        b"2026-11-28 03:32:26.561746: E external/local_xla/xla/stream_execut"
+        b"or/cuda/cuda_fft.cc:479] Unable to register cuFFT factory\n"
+        b"I0000 00:00:1795836742.018779    6506 cpu_feature_guard.cc:227] "
+        b"This TensorFlow binary is optimized\n"
+        b"To enable the following instructions: AVX2 FMA, in other "
+        b"operations, rebuild TensorFlow.\n"
+        b"E0000 00:00:1795836744.636953    6506 cuda_platform.cc:52] failed "
+        b"call to cuInit: INTERNAL: CUDA error\n")
+    with cli._start_up_log_hidden():
+        os.write(2, written)
+    assert capfd.readouterr().err == "a Python warning\n"
+    with pytest.raises(ImportError):  # Starting failed: all of it shows.
+        with cli._start_up_log_hidden():
+            os.write(2, written)
+            raise ImportError("no TensorFlow")
+    assert capfd.readouterr().err == written.decode()
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    assert ("unless TF_CPP_MIN_LOG_LEVEL is set in the environment: then "
+            "TensorFlow logs as that says (0: everything)") in " ".join(
+                capfd.readouterr().out.split())
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")  # The user's choice.
+    with cli._start_up_log_hidden():
+        os.write(2, written)
+    assert capfd.readouterr().err == written.decode()
+
+
 def test_a_closed_pipe_ends_the_check_quietly(tmp_path):
     # `tf-lso check ... | head`: the reader goes away after a few lines.
     (tmp_path / "many.py").write_text(

@@ -127,6 +127,20 @@ def test_unparsable_source_is_a_syntax_error():
 
 
 @migration_util.needs_libcst
+@pytest.mark.parametrize("source", ["x = f(\n", "print 'py2'\n",
+                                    "def f(:\n", "a = 1\n  b = 2\n"])
+def test_fix_reports_a_syntax_error_as_check_does(tmp_path, capsys, source):
+    # One message and position for the same file (issue 51).
+    (tmp_path / "bad.py").write_text(source)
+    assert cli.main(["check", str(tmp_path / "bad.py")]) == 1
+    [checked] = capsys.readouterr().out.splitlines()[:-1]
+    assert cli.main(["check", "--fix", str(tmp_path / "bad.py")]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [checked, "would rewrite 0 file(s)"]
+
+
+@migration_util.needs_libcst
 def test_cli_previews_by_default_and_writes_with_write(tmp_path, capsys):
     old = tmp_path / "old.py"
     source = ("import tensorflow as tf\n"
@@ -141,7 +155,8 @@ def test_cli_previews_by_default_and_writes_with_write(tmp_path, capsys):
         f"--- {old}\n+++ {old}\n@@ -1,2 +1,3 @@\n import tensorflow as tf\n"
         "-s = tf.mixed_precision.experimental.FixedLossScale(8)\n"
         "+import tf_lso\n+s = tf_lso.experimental.FixedLossScale(8)\n")
-    assert f"{tmp_path / 'bad.py'}: skipped: Syntax Error" in err
+    assert (f"{tmp_path / 'bad.py'}:1:1: error unparsable: Not parsed, "
+            "skipped: Missing parentheses in call to 'print'.") in err
     assert f"{tmp_path / 'n.ipynb'}: skipped: notebooks are checked" in err
     assert "would rewrite 1 file(s) (apply with --write)" in err
 

@@ -6,6 +6,7 @@ runs in a fresh interpreter, and each `print(...)` whose last line ends with
 a `# comment` must print that comment.
 """
 
+import math
 import pathlib
 import re
 import subprocess
@@ -48,3 +49,83 @@ def test_example_prints_what_it_says(index):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == _expected(program), program
+
+
+# -- The demo's gradient report (issue 51) ------------------------------------
+# docs/training_health.md shows one example run's table, labelled so; what
+# its prose says holds on any machine is checked here on a fresh run and on
+# that example: not the digits, which depend on the CPU.
+
+_HEADER = (" step  loss scale    zero   below  room | scale 1:    zero   below"
+           "  room")
+_NUMBER = re.compile(r"\d+(\.\d+)?%?")
+
+
+def _doc_table():
+    """The example table the doc shows, and the paragraph before it."""
+    text = DOC.read_text()
+    at = text.index("```\ngradients in float16's range")
+    paragraph = text[:at].rstrip().split("\n\n")[-1]
+    return text[at + 4:text.index("```", at + 4)], paragraph
+
+
+@pytest.fixture(scope="module")
+def fresh_table():
+    demo = DOC.parents[1] / "examples" / "demo.py"
+    done = subprocess.run([sys.executable, str(demo), "--gradient-report"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout[done.stdout.index("gradients in float16's range"):]
+
+
+def _rows(table):
+    """{label: (scale or None, zero, below, room, zero_1, below_1, room_1)}
+    of the totals (by step) and of step 300's variables (by name)."""
+    rows = {}
+    for line in table.splitlines():
+        words = line.replace("|", " ").split()
+        if "|" not in line or line == _HEADER:
+            continue
+        values = [float(word.rstrip("%")) for word in words[-6:]]
+        scale = float(words[1]) if len(words) == 8 else None
+        rows[words[0]] = (scale, *values)
+    return rows
+
+
+def _check_invariants(table):
+    rows = _rows(table)
+    assert [label for label in rows if label.isdigit()] == ["1", "150", "300"]
+    assert len(rows) == 3 + 6, table  # Step 300's six variables.
+    for label, (scale, zero, below, room, zero_1, below_1, room_1) in (
+            rows.items()):
+        # The elements below 2**-14 include the zeros.
+        assert zero <= below and zero_1 <= below_1, label
+        # A larger scale lifts elements out of underflow, never into it.
+        assert zero_1 >= zero, label
+        assert below_1 >= below, label
+        # The scale's doublings, give or take one (a power of two
+        # multiplies the largest element exactly; rounding can move it).
+        doublings = math.log2(scale if scale else rows["300"][0])
+        assert abs(room_1 - room - doublings) <= 1, label
+        if scale:  # The totals: at scale 1 more are below, at each step.
+            assert below_1 > below, label
+
+
+def test_the_doc_labels_its_table_as_one_example_run():
+    _, paragraph = _doc_table()
+    assert "**one\nexample run** (TensorFlow 2.21, Keras 3.15.1" in paragraph
+    assert "digits depend on the CPU" in paragraph
+
+
+def test_the_docs_example_holds_what_the_prose_says():
+    _check_invariants(_doc_table()[0])
+
+
+def test_a_fresh_run_holds_what_the_prose_says(fresh_table):
+    _check_invariants(fresh_table)
+
+
+def test_a_fresh_run_prints_the_docs_table_but_the_digits(fresh_table):
+    shown, _ = _doc_table()
+    assert (_NUMBER.sub("N", fresh_table).rstrip()
+            == _NUMBER.sub("N", shown).rstrip())

@@ -94,3 +94,52 @@ def _sgd():
     import keras
 
     return keras.optimizers.SGD()
+
+
+# Messages name the public classes, never tf_lso._src's (issue 51).
+
+
+def test_experimental_optimizer_without_loss_scale_names_the_public_class():
+    # TF 2.1-2.3's class was LossScaleOptimizer (TypeError, as Python's).
+    with pytest.raises(TypeError) as error:
+        tf_lso.experimental.LossScaleOptimizer(_sgd())
+    assert str(error.value) == (
+        "LossScaleOptimizer.__init__() missing 1 required positional "
+        "argument: 'loss_scale'. tf_lso.experimental.LossScaleOptimizer("
+        "optimizer, loss_scale) takes a loss scale: \"dynamic\" "
+        "(recommended) or a number for a fixed one.")
+    with pytest.raises(TypeError) as error:
+        tf_lso.experimental.LossScaleOptimizer(loss_scale="dynamic")
+    assert str(error.value).startswith(
+        "LossScaleOptimizer.__init__() missing 1 required positional "
+        "argument: 'optimizer'. ")
+    with pytest.raises(TypeError) as error:
+        tf_lso.experimental.LossScaleOptimizer()
+    assert str(error.value).startswith(
+        "LossScaleOptimizer.__init__() missing 2 required positional "
+        "arguments: 'optimizer' and 'loss_scale'. ")
+
+
+def test_reprs_show_the_public_paths():
+    opt = tf_lso.LossScaleOptimizer(_sgd())
+    assert repr(opt) == f"<tf_lso.LossScaleOptimizer object at {id(opt):#x}>"
+    v1 = tf_lso.experimental.LossScaleOptimizer(_sgd(), "dynamic")
+    assert repr(v1) == (
+        f"<tf_lso.experimental.LossScaleOptimizer object at {id(v1):#x}>")
+
+    class Mine(tf_lso.LossScaleOptimizer):
+        pass
+
+    mine = Mine(_sgd())
+    assert repr(mine) == (f"<{__name__}.{Mine.__qualname__} object at "
+                          f"{id(mine):#x}>")
+
+
+def test_learning_rate_on_the_wrapper_says_where_it_goes():
+    # As Keras 3 says for clipnorm.
+    with pytest.raises(ValueError) as error:
+        tf_lso.LossScaleOptimizer(_sgd(), learning_rate=0.1)
+    assert str(error.value) == (
+        "LossScaleOptimizer does not support `learning_rate`. Instead, set "
+        "`learning_rate` on the `inner_optimizer`. Received: "
+        "learning_rate=0.1.")

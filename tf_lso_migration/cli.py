@@ -20,11 +20,15 @@ neither TensorFlow nor tf_lso; `run` imports tf_lso when it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
+import re
 import runpy
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import NoReturn
 from typing import TextIO
@@ -49,11 +53,21 @@ _NO_MEANING_WITH_FIX = ("has no meaning with --fix (it prints a diff, or "
 
 def _rules_epilog(prog: str) -> str:
     ids = textwrap.fill(", ".join(rules.RULES), width=76,
+                        break_on_hyphens=False,
                         initial_indent="  ", subsequent_indent="  ")
     return (f"rules (`{prog} rule ID` explains one):\n{ids}\n"
             "settings: [tool.tf-lso] in pyproject.toml (select, ignore, "
             "fail-on,\n  exclude, route); an option given here overrides "
             "its key")
+
+
+def _more(prog: str) -> str:
+    # What an installed tool has: a wheel holds no docs/.
+    return textwrap.fill(
+        f"more: `{prog} rule` lists the rules, `{prog} rule ID` explains one "
+        "and what to write instead; tf_lso's migration guide is \"Migrating "
+        "TF 2.1–2.4 loss scaling code to tf_lso\" in the project's "
+        "documentation", width=76, subsequent_indent="  ")
 
 
 def _ids(values: Sequence[str]) -> list[str]:
@@ -71,7 +85,7 @@ def main(argv: Sequence[str] | None = None,
         "base for what needs changing.",
         epilog=f"examples:\n  {_RUN_EXAMPLE.format(prog=prog)}\n"
         f"{_CHECK_EXAMPLES.format(prog=prog)}\n{_rules_epilog(prog)}\n"
-        "see docs/migration.md",
+        f"{_more(prog)}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version",
@@ -79,9 +93,14 @@ def main(argv: Sequence[str] | None = None,
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run", help="run a script with tf_lso.install() in effect",
-        description="Runs an unmodified TF 2.1-2.4 script as __main__ with "
+        description=textwrap.fill(
+            "Runs an unmodified TF 2.1-2.4 script as __main__ with "
         "tf_lso.install() in effect: the legacy mixed-precision names "
-        "resolve to tf_lso's.",
+        "resolve to tf_lso's. It shows what the script prints; TensorFlow's "
+        "start-up log (its C++ notices, and on a machine without a GPU an "
+        "error-level line about cuInit) is hidden, unless "
+        "TF_CPP_MIN_LOG_LEVEL is set in the environment: then TensorFlow "
+        "logs as that says (0: everything).", 79),
         epilog=f"example:\n  {_RUN_EXAMPLE.format(prog=prog)}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -164,10 +183,15 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
          prog: str) -> int:
     if not os.path.isfile(args.script):
         parser.error(f"no such file: {args.script!r}")
-    import tf_lso  # The runtime: only `run` needs it.
-
     try:
-        tf_lso.install()
+        with _start_up_log_hidden():
+            import tf_lso  # The runtime: only `run` needs it.
+
+            tf_lso.install()
+            # Finding the devices logs too (on a machine without a GPU, an
+            # error-level line about cuInit); it does not start the
+            # runtime, so the script can still configure its devices.
+            sys.modules["tensorflow"].config.list_physical_devices()
     except ImportError as e:  # No (or an old) TensorFlow: what to install.
         print(f"{prog} run: error: {e}", file=sys.stderr)
         return 1
@@ -176,6 +200,54 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
     runpy.run_path(args.script, run_name="__main__")
     return 0
+
+
+# A line of TensorFlow's C++ log: absl's format (TF 2.18+), or the one
+# before it; and what absl prints before its first line.
+_TF_LOG_LINE = re.compile(
+    r"([IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ "
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] )\S+:\d+\] ")
+_TF_LOG_NOTICES = (
+    "WARNING: All log messages before absl::InitializeLog() is called are "
+    "written to STDERR",
+    # The second line of the CPU features notice.
+    "To enable the following instructions:",
+)
+
+
+@contextlib.contextmanager
+def _start_up_log_hidden() -> Iterator[None]:
+    """Hides TensorFlow's C++ start-up log, unless TF_CPP_MIN_LOG_LEVEL is
+    set: then TensorFlow logs as that says.
+
+    TensorFlow logs its notices (oneDNN, CUDA, CPU features, the cuInit
+    error of a machine without a GPU) while it is imported and finds its
+    devices, some whatever TF_CPP_MIN_LOG_LEVEL says (TF 2.21). Whatever
+    else is written to stderr meanwhile (a Python warning) is shown after,
+    and all of it if starting fails.
+    """
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            log.seek(0)
+            lines = log.read().decode(errors="replace").splitlines(True)
+            sys.stderr.write("".join(
+                line for line in lines if failed or not (
+                    _TF_LOG_LINE.match(line)
+                    or line.startswith(_TF_LOG_NOTICES))))
+            sys.stderr.flush()
 
 
 def _rule(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -282,7 +354,8 @@ def _fix(args: argparse.Namespace, files: list[pathlib.Path]) -> int:
         return 2
     sys.stdout.write(diff)
     for skip in skipped:
-        print(f"{skip.path}: skipped: {skip.reason}", file=sys.stderr)
+        print(report.line(skip.finding) if skip.finding
+              else f"{skip.path}: skipped: {skip.reason}", file=sys.stderr)
     verb = "rewrote" if args.write else "would rewrite"
     hint = "" if args.write or not changed else " (apply with --write)"
     print(f"{verb} {len(changed)} file(s){hint}", file=sys.stderr)

@@ -50,11 +50,14 @@ class Skipped(NamedTuple):
         reason: Why, in a few words (the first line of the error).
         failed: Whether it was left for an error (it could not be read or
             parsed), which fails the run; a notebook is not.
+        finding: For a file Python cannot read or parse, the `unparsable`
+            finding `check` reports for it (the same message and position).
     """
 
     path: str
     reason: str
     failed: bool = True
+    finding: check.Finding | None = None
 
 
 def _libcst() -> types.ModuleType:
@@ -166,7 +169,14 @@ def fix_files(
             old = pathlib.Path(path).read_bytes()
             new = fix_bytes(old, options)
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
-            skipped.append(Skipped(str(path), str(e).splitlines()[0]))
+            # What `check` says of the file, when Python cannot read it
+            # either (not for code only LibCST refuses).
+            unread = [f for f in check.check_file(path)
+                      if f.rule == "unparsable"]
+            skipped.append(Skipped(
+                str(path), unread[0].message if unread
+                else str(e).splitlines()[0],
+                finding=unread[0] if unread else None))
             continue
         if new == old:
             continue

@@ -36,6 +36,31 @@ def _to_loss_scale(loss_scale: Any) -> loss_scale_lib.LossScale:
     return converted
 
 
+class _Required:
+    """The default of a required argument, so that its absence gets a
+    message naming the public class (Python's names LossScaleOptimizerV1)."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED: Any = _Required()
+
+
+def _check_given(**arguments: Any) -> None:
+    """Python's TypeError for missing arguments, with TF 2.1-2.3's class
+    name (LossScaleOptimizer) and what to pass."""
+    missing = [f"'{name}'" for name, value in arguments.items()
+               if value is _REQUIRED]
+    if missing:
+        raise TypeError(
+            f"LossScaleOptimizer.__init__() missing {len(missing)} required "
+            f"positional argument{'s' if len(missing) > 1 else ''}: "
+            f"{' and '.join(missing)}. tf_lso.experimental."
+            "LossScaleOptimizer(optimizer, loss_scale) takes a loss scale: "
+            '"dynamic" (recommended) or a number for a fixed one.')
+
+
 @keras.saving.register_keras_serializable(package="tf_lso")
 class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
     """The TF 2.1-2.3 experimental loss scale optimizer.
@@ -77,16 +102,19 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
     32768.0
     """
 
+    _public_name = "tf_lso.experimental.LossScaleOptimizer"
+
     def __init__(
         self,
-        optimizer: Any,
-        loss_scale: Any,
+        optimizer: Any = _REQUIRED,
+        loss_scale: Any = _REQUIRED,
         *,
         name: str | None = None,
         max_consecutive_skips: int | None = None,
         print_overflows: bool = False,
         stop_on_nonfinite_loss: bool = False,
     ) -> None:
+        _check_given(optimizer=optimizer, loss_scale=loss_scale)
         inner = inner_lib.wrap(optimizer, "optimizer")
         replicas.check_strategy_supported()
         self._init_wrapper(inner, _to_loss_scale(loss_scale), name,

@@ -98,6 +98,10 @@ class LossScaleOptimizer(
     (-1.0, 8.0)
     """
 
+    # What reprs show: the class as users name it. `__module__` stays
+    # tf_lso._src's, where Keras serialization and pickling find it.
+    _public_name = "tf_lso.LossScaleOptimizer"
+
     def __init__(
         self,
         inner_optimizer: Any,
@@ -147,6 +151,12 @@ class LossScaleOptimizer(
         self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
         forwarding.start_forwarding(self, inner)
         inner_lib.claim(inner)
+
+    def __repr__(self) -> str:
+        cls = type(self)
+        name = cls.__dict__.get("_public_name",  # Not a subclass's.
+                                f"{cls.__module__}.{cls.__qualname__}")
+        return f"<{name} object at {id(self):#x}>"
 
     # -- Loss scale state ---------------------------------------------------
 

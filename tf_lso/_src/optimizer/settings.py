@@ -106,14 +106,20 @@ def check_keras_keywords(kwargs: dict[str, Any],
         class_name: For messages.
 
     Raises:
-        ValueError: For a base optimizer argument with another value (set
-            it on the inner optimizer), or an unknown keyword.
+        ValueError: For a base optimizer argument with another value, or
+            `learning_rate` (set them on the inner optimizer), or an
+            unknown keyword.
     """
-    for name, default in KERAS_BASE_DEFAULTS.items():
-        if name not in kwargs:
+    for name, value in kwargs.items():
+        if name == "learning_rate":  # The inner optimizer's, at any value.
+            refused = True
+        elif name in KERAS_BASE_DEFAULTS:
+            default = KERAS_BASE_DEFAULTS[name]
+            refused = (default is None and value is not None) or (
+                value != default)
+        else:
             continue
-        value = kwargs[name]
-        if (default is None and value is not None) or value != default:
+        if refused:
             raise ValueError(
                 f"{class_name} does not support `{name}`. Instead, set "
                 f"`{name}` on the `inner_optimizer`. Received: "
