@@ -19,8 +19,9 @@ from tf_lso._src.scaling import loss_scale
 from tf_lso._src.scaling import serialization
 
 PUBLIC = {
-    "tf_lso": {"GradientReport", "LossScaleOptimizer", "Overflow",
-               "callbacks", "experimental", "install", "uninstall"},
+    "tf_lso": {"GradientReport", "LossScaleOptimizer", "LossScalingWarning",
+               "Overflow", "callbacks", "experimental", "install",
+               "uninstall"},
     "tf_lso.callbacks": {"LossScaleMonitor"},
     "tf_lso.experimental": {
         "DynamicLossScale", "FixedLossScale", "LossScale",

@@ -1,5 +1,7 @@
 """Tests for tf_lso._src.optimizer.training_health: overflow records and stuck runs."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -357,3 +359,175 @@ def test_print_overflows_prints_skipped_steps_only(mode, capfd):
         opt.get_config()).print_overflows
     with pytest.raises(TypeError, match="print_overflows"):
         tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), print_overflows=1)
+
+
+# -- LossScalingWarning (issue 52) ------------------------------------------
+
+
+def _steps(opt, protocol, use_tf_function):
+    """A training step of `protocol` on one variable, eager or traced."""
+    var = tf.Variable([1.0, 2.0])
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(var * 3.0)
+            if protocol in ("tf2", "tf2_never_unscaled", "tf2_apply",
+                            "tf2_by_hand", "tf2_experimental_by_hand"):
+                scaled = opt.get_scaled_loss(loss)
+            else:
+                scaled = opt.scale_loss(loss)
+        grads = tape.gradient(scaled, [var])
+        if protocol == "tf2":
+            grads = opt.get_unscaled_gradients(grads)
+        elif protocol == "tf2_by_hand":
+            grads = [g / opt.loss_scale for g in grads]
+        elif protocol == "tf2_experimental_by_hand":
+            grads = [g / opt.loss_scale() for g in grads]
+        if protocol in ("tf2_apply", "keras3_apply"):
+            opt.apply(grads, [var])
+        else:
+            opt.apply_gradients(zip(grads, [var]))
+
+    return test_util.maybe_function(step, use_tf_function), var
+
+
+def _loss_scaling_warnings(record):
+    return [w for w in record if issubclass(w.category,
+                                            tf_lso.LossScalingWarning)]
+
+
+@pytest.mark.parametrize("use_tf_function", [False, True])
+def test_warns_once_when_get_scaled_loss_is_never_unscaled(use_tf_function):
+    opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                    initial_scale=8)
+    step, var = _steps(opt, "tf2_never_unscaled", use_tf_function)
+    with pytest.warns(tf_lso.LossScalingWarning) as record:
+        step()
+        step()
+    [warning] = _loss_scaling_warnings(record)
+    assert str(warning.message).startswith(
+        "apply_gradients got gradients, but the loss that get_scaled_loss "
+        "scaled before it never went through get_unscaled_gradients")
+    assert ("silence it with warnings.filterwarnings('ignore', "
+            "category=tf_lso.LossScalingWarning)") in str(warning.message)
+    # The user's file: the apply's line, or the traced function's call.
+    assert warning.filename == __file__
+    # Only told: the steps ran as written (gradients 3 * 8, applied).
+    np.testing.assert_allclose(var.numpy(), [1.0 - 48.0, 2.0 - 48.0])
+
+
+def test_the_experimental_class_warns_too():
+    opt = tf_lso.experimental.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                                 loss_scale="dynamic")
+    step, _ = _steps(opt, "tf2_never_unscaled", True)
+    with pytest.warns(tf_lso.LossScalingWarning, match="get_unscaled"):
+        step()
+
+
+@pytest.mark.parametrize("use_tf_function", [False, True])
+@pytest.mark.parametrize("protocol", [
+    "tf2", "tf2_apply", "tf2_by_hand", "keras3", "keras3_apply"])
+def test_no_warning_on_the_right_orders(protocol, use_tf_function):
+    opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                    initial_scale=8)
+    step, var = _steps(opt, protocol, use_tf_function)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tf_lso.LossScalingWarning)
+        step()
+        step()
+    # Each right order applies the true gradient, 3, once per step.
+    np.testing.assert_allclose(var.numpy(), [1.0 - 6.0, 2.0 - 6.0])
+
+
+@pytest.mark.parametrize("use_tf_function", [False, True])
+def test_no_warning_for_minimize_or_the_experimental_loss_scale(
+        use_tf_function):
+    var = tf.Variable(1.0)
+    opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0))
+    old = tf_lso.experimental.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                                 loss_scale=8)
+    step, _ = _steps(old, "tf2_experimental_by_hand", use_tf_function)
+    minimize = test_util.maybe_function(
+        lambda: opt.minimize(lambda: var * 2.0, [var]), use_tf_function)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tf_lso.LossScalingWarning)
+        minimize()
+        step()
+    assert float(var.numpy()) == -1.0
+
+
+def test_no_warning_for_a_loss_seen_in_another_graph():
+    # The loss is scaled in one function and the step applied in another:
+    # which gradients they are is not known there.
+    opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                    initial_scale=8)
+    var = tf.Variable(1.0)
+
+    @tf.function
+    def scaled_loss():
+        return opt.get_scaled_loss(var * 2.0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tf_lso.LossScalingWarning)
+        scaled_loss()
+        opt.apply_gradients([(tf.constant(1.0), var)])
+
+
+@pytest.fixture
+def global_policy():
+    yield keras.mixed_precision.set_global_policy
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def test_warns_when_built_under_a_bfloat16_policy(global_policy):
+    global_policy("mixed_bfloat16")
+    with pytest.warns(tf_lso.LossScalingWarning) as record:
+        tf_lso.LossScaleOptimizer(keras.optimizers.SGD())
+    [warning] = _loss_scaling_warnings(record)
+    assert str(warning.message).startswith(
+        "A loss scale optimizer with a dynamic loss scale was built while "
+        "the global dtype policy is 'mixed_bfloat16'")
+    assert warning.filename == __file__
+    with pytest.warns(tf_lso.LossScalingWarning, match="mixed_bfloat16"):
+        tf_lso.experimental.LossScaleOptimizer(keras.optimizers.SGD(),
+                                               "dynamic")
+    with warnings.catch_warnings():  # A fixed scale costs and skips nothing.
+        warnings.simplefilter("error", tf_lso.LossScalingWarning)
+        tf_lso.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False,
+                                  initial_scale=1)
+        tf_lso.experimental.LossScaleOptimizer(keras.optimizers.SGD(), 128)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "float32"])
+def test_no_policy_warning_under_other_policies(global_policy, policy):
+    global_policy(policy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tf_lso.LossScalingWarning)
+        tf_lso.LossScaleOptimizer(keras.optimizers.SGD())
+
+
+@pytest.mark.parametrize("unscaled", [False, True])
+def test_loss_scaling_warning_under_mirrored_strategy(unscaled):
+    # Each replica scales and applies in its own thread: told once.
+    strategy = test_util.mirrored_strategy()
+    with strategy.scope():
+        var = tf.Variable(1.0)
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(1.0),
+                                        initial_scale=8)
+
+    @tf.function
+    def step():
+        def replica_step():
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(var * 2.0)
+            grads = tape.gradient(scaled, [var])
+            if unscaled:
+                grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, [var]))
+
+        strategy.run(replica_step)
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        step()
+    assert len(_loss_scaling_warnings(record)) == (0 if unscaled else 1)

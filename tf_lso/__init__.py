@@ -20,6 +20,7 @@ from tf_lso_migration import __version__ as __version__
 __all__ = (
     "GradientReport",
     "LossScaleOptimizer",
+    "LossScalingWarning",
     "Overflow",
     "callbacks",
     "experimental",
@@ -31,6 +32,7 @@ __all__ = (
 _SOURCES = {
     "GradientReport": "tf_lso._src.optimizer.training_health",
     "LossScaleOptimizer": "tf_lso._src.optimizer.loss_scale_optimizer",
+    "LossScalingWarning": "tf_lso._src.optimizer.training_health",
     "Overflow": "tf_lso._src.optimizer.training_health",
     "callbacks": "tf_lso.callbacks",
     "experimental": "tf_lso.experimental",
@@ -45,6 +47,7 @@ if typing.TYPE_CHECKING:  # What type checkers and IDEs read.
     from tf_lso._src.legacy_api.install import uninstall
     from tf_lso._src.optimizer.loss_scale_optimizer import LossScaleOptimizer
     from tf_lso._src.optimizer.training_health import GradientReport
+    from tf_lso._src.optimizer.training_health import LossScalingWarning
     from tf_lso._src.optimizer.training_health import Overflow
 
 

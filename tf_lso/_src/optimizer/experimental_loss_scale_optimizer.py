@@ -124,6 +124,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
     @property
     def loss_scale(self) -> loss_scale_lib.LossScale:
         """The `LossScale` object; call it for the current scale tensor."""
+        self._seen_losses.unscaling()  # Code may unscale by hand with it.
         return self._loss_scale
 
     def get_config(self) -> dict[str, Any]:

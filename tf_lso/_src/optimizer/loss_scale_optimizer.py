@@ -151,6 +151,7 @@ class LossScaleOptimizer(
         self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
         forwarding.start_forwarding(self, inner)
         inner_lib.claim(inner)
+        training_health.warn_if_bfloat16_policy(self.dynamic)
 
     def __repr__(self) -> str:
         cls = type(self)
@@ -178,6 +179,7 @@ class LossScaleOptimizer(
     @property
     def loss_scale(self) -> tf.Tensor:
         """The current loss scale as a float32 scalar tensor."""
+        self._seen_losses.unscaling()  # Code may unscale by hand with it.
         return self._loss_scale()
 
     @property
@@ -367,11 +369,12 @@ class LossScaleOptimizer(
             return scaled_loss
         return self._scaled(loss)
 
-    def _scaled(self, loss: Any) -> tf.Tensor:
+    def _scaled(self, loss: Any, unscale_due: bool = True) -> tf.Tensor:
         # The loss before scaling: a skipped step's record says whether it
-        # was finite (`last_overflow.cause`).
+        # was finite (`last_overflow.cause`), and whether its gradients
+        # are due `get_unscaled_gradients` (a `LossScalingWarning`).
         loss = tf.convert_to_tensor(loss)
-        self._seen_losses.see(loss)
+        self._seen_losses.see(loss, unscale_due)
         return packing.scale_by(loss, self._loss_scale())
 
     def get_unscaled_gradients(
@@ -397,6 +400,7 @@ class LossScaleOptimizer(
             A list of unscaled gradients, in the same order.
         """
         self._keras_scaled_loss = False
+        self._seen_losses.unscaling()
         packed = packing.pack(list(grads)).unscaled(self._loss_scale())
         return self._handed_out.remember(packed.unpack(), packed)
 
@@ -415,7 +419,7 @@ class LossScaleOptimizer(
             The scaled loss.
         """
         self._keras_scaled_loss = True
-        return self._scaled(loss)
+        return self._scaled(loss, unscale_due=False)
 
     # -- Applying -----------------------------------------------------------
 
@@ -453,6 +457,8 @@ class LossScaleOptimizer(
                 updates variables there).
         """
         scaled, self._keras_scaled_loss = self._keras_scaled_loss, False
+        if not scaled:
+            self._seen_losses.warn_if_not_unscaled()
         grads_and_vars = tuple(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         var_list = [v for _, v in grads_and_vars]

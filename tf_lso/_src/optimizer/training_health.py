@@ -18,15 +18,19 @@ below its smallest normal, and how many doublings the largest has left.
 from __future__ import annotations
 
 import collections
+import inspect
 import math
+import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
+import keras
 import tensorflow as tf
 
 from tf_lso._src import compat
@@ -420,6 +424,80 @@ def _joined(parts: Iterable[_Part]) -> tf.Tensor:
         else tf.strings.as_string(part) for part in parts])
 
 
+class LossScalingWarning(UserWarning):
+    """Loss scaling used in a way that trains wrongly, or needlessly.
+
+    tf_lso's optimizers warn with it, once per optimizer, where they can
+    tell for sure at no cost to the step: when a `tf.function` is traced
+    (eagerly, at the first step it applies to), and when an optimizer is
+    built. The message names the pattern and the fix:
+
+    - `apply_gradients` after `get_scaled_loss`, with no
+      `get_unscaled_gradients` (and no read of `opt.loss_scale`, with which
+      code may unscale by hand) in between: gradients of the scaled loss
+      would make every step the loss scale times too large.
+    - A loss scale optimizer with a dynamic loss scale built while the
+      global dtype policy is `'mixed_bfloat16'`, which needs no loss
+      scaling (bfloat16 has float32's exponent range).
+
+    `tf-lso check` finds these and more without running the code
+    (docs/migration.md, "Mixed-precision bugs"). To silence it:
+    `warnings.filterwarnings("ignore", category=tf_lso.LossScalingWarning)`.
+    """
+
+
+_SILENCE = ("Told once per optimizer; silence it with warnings."
+            "filterwarnings('ignore', category=tf_lso.LossScalingWarning).")
+
+def _warn(message: str) -> None:
+    """Issues a `LossScalingWarning` at the user's line.
+
+    That is the first caller outside tf_lso, TensorFlow and Keras (around
+    them: autograph's calls in a `tf.function`, a tf_keras face,
+    `compile`). Autograph's rewrite of a traced function is a temporary
+    file: the warning goes to the line that called the `tf.function`.
+    """
+    files = [getattr(module, "__file__", None) for module in (
+        sys.modules["tf_lso"], tf, keras, compat.tf_keras_module())]
+    libraries = tuple(os.path.dirname(f) + os.sep for f in files if f)
+    frame = inspect.currentframe()
+    while frame is not None and (
+            frame.f_code.co_filename.startswith(libraries)
+            or os.path.basename(frame.f_code.co_filename).startswith(
+                "__autograph_generated_file")):
+        frame = frame.f_back
+    if frame is None:  # Called from nowhere else: say it from here.
+        warnings.warn(message, LossScalingWarning, stacklevel=2)
+        return
+    found = frame.f_globals
+    warnings.warn_explicit(
+        message, LossScalingWarning, frame.f_code.co_filename,
+        frame.f_lineno, module=found.get("__name__"),
+        registry=found.setdefault("__warningregistry__", {}),
+        module_globals=found)
+
+
+def warn_if_bfloat16_policy(dynamic: bool | None) -> None:
+    """Warns if a dynamic loss scale is built under a bfloat16 policy.
+
+    The global policy of Keras 3, and of tf_keras where it is imported.
+    """
+    if dynamic is not True:
+        return
+    policies = [keras.mixed_precision.global_policy()]
+    tf_keras = compat.tf_keras_module()
+    if tf_keras is not None:
+        policies.append(tf_keras.mixed_precision.global_policy())
+    if any(getattr(p, "name", None) == "mixed_bfloat16" for p in policies):
+        _warn(
+            "A loss scale optimizer with a dynamic loss scale was built "
+            "while the global dtype policy is 'mixed_bfloat16': bfloat16 has "
+            "float32's exponent range and needs no loss scaling, which here "
+            "costs a finite check of every gradient on every step and can "
+            "skip steps. Train with the inner optimizer instead (and drop "
+            f"get_scaled_loss/get_unscaled_gradients). {_SILENCE}")
+
+
 class SeenLosses:
     """Whether the loss the optimizer last scaled was finite, per thread.
 
@@ -429,6 +507,11 @@ class SeenLosses:
     verdict, for the record of a skipped step. Only a bool tensor is kept:
     nothing is read back to the host, and a `tf.function` computes it next
     to the loss.
+
+    It also keeps whether a loss scaled by `get_scaled_loss` (TF 2.x's
+    protocol) is still due its unscaling (`unscaling` says it may have had
+    it), for `warn_if_not_unscaled`: a Python bool, looked at while
+    tracing.
     """
 
     # Replica threads each keep one until their apply takes it; threads
@@ -436,22 +519,63 @@ class SeenLosses:
     _MAX_ENTRIES = 64
 
     def __init__(self) -> None:
-        # thread id -> (the graph, or None eagerly; the verdict)
-        self._entries: dict[int, tuple[Any, tf.Tensor]] = {}
+        # thread id -> [the graph, or None eagerly; the verdict; whether
+        # the gradients are due `get_unscaled_gradients`]
+        self._entries: dict[int, list[Any]] = {}
+        self._warned = False
 
     @staticmethod
     def _graph() -> Any:
         return None if tf.executing_eagerly() else (
             tf.compat.v1.get_default_graph())
 
-    def see(self, loss: tf.Tensor) -> None:
-        """Keeps whether `loss` (a float tensor) has an Inf or NaN."""
+    def see(self, loss: tf.Tensor, unscale_due: bool = False) -> None:
+        """Keeps whether `loss` (a float tensor) has an Inf or NaN.
+
+        Args:
+            loss: The loss before scaling.
+            unscale_due: Whether its gradients must go through
+                `get_unscaled_gradients` before `apply_gradients` (TF 2.x's
+                `get_scaled_loss`; not Keras 3's `scale_loss`).
+        """
         thread = threading.get_ident()
         self._entries.pop(thread, None)
         if len(self._entries) >= self._MAX_ENTRIES:
             self._entries.pop(next(iter(self._entries)))
         nonfinite = tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))
-        self._entries[thread] = (self._graph(), nonfinite)
+        self._entries[thread] = [self._graph(), nonfinite, unscale_due]
+
+    def _entry(self) -> list[Any] | None:
+        entry = self._entries.get(threading.get_ident())
+        return entry if entry is not None and entry[0] is self._graph() else (
+            None)
+
+    def unscaling(self) -> None:
+        """Says that the gradients of the loss seen last may be unscaled:
+        by `get_unscaled_gradients`, or by hand with the loss scale read."""
+        entry = self._entry()
+        if entry is not None:
+            entry[2] = False
+
+    def warn_if_not_unscaled(self) -> None:
+        """Warns (once) if `get_scaled_loss`'s loss was not unscaled since.
+
+        For `apply_gradients` of unscaled gradients (TF 2.x's protocol):
+        called while tracing, it adds nothing to the step.
+        """
+        entry = self._entry()
+        if entry is None or not entry[2] or self._warned:
+            return
+        entry[2] = False
+        self._warned = True
+        _warn(
+            "apply_gradients got gradients, but the loss that get_scaled_loss "
+            "scaled before it never went through get_unscaled_gradients: if "
+            "these are the gradients of that scaled loss, each step is the "
+            "loss scale (2**15 by default) times too large, or is skipped. "
+            "Unscale them first: grads = opt.get_unscaled_gradients("
+            "tape.gradient(scaled_loss, vars)); opt.apply_gradients(zip("
+            f"grads, vars)). {_SILENCE}")
 
     def take(self) -> tf.Tensor | None:
         """The verdict on the loss last seen in this thread and graph.
