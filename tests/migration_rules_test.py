@@ -102,8 +102,9 @@ def test_a_registered_rule_is_checked_selected_and_reported(toy_rule):
     assert rule["help"]["text"] == toy_rule.documentation == (
         "toy-rule (warning; routes: keras3, tf-keras)\n\n"
         "Finds `toy_old`, which a toy rule renames.\n\n"
-        "`--fix` rewrites what it finds, where it can. More in tf_lso's\n"
-        "docs/migration.md, \"Other things you will hit\".")
+        "`--fix` rewrites what it finds, where it can. More in tf_lso's "
+        "migration\nguide (docs/migration.md in its repository), section "
+        "\"Other things you\nwill hit\".")
 
 
 @migration_util.needs_libcst

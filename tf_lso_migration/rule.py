@@ -96,7 +96,8 @@ class Rule:
             f"{self.id} ({self.severity}; {noun}: {', '.join(self.routes)})",
             textwrap.fill(f"Finds {self.summary}.", 72),
             self.explanation,
-            textwrap.fill(f"{fix} More in tf_lso's docs/migration.md, "
+            textwrap.fill(f"{fix} More in tf_lso's migration guide "
+                          f"(docs/migration.md in its repository), section "
                           f"\"{self.section}\".", 72),
         )))
 
