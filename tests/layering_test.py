@@ -33,9 +33,10 @@ LAYERS = ("compat", "gradients", "scaling", "inner", "optimizer",
 # Runtime modules outside the stack, and what they may import.
 GATES = {"tf_lso._src.version_gate": {"tf_lso._src.compat"}}
 THIRD_PARTY_RUNTIME = ("tensorflow", "keras", "tf_keras", "numpy")
-# The migration tool's imports of tf_lso, each inside a function: `run`
-# runs a script with `tf_lso.install()` in effect.
-MIGRATION_RUNS_THE_RUNTIME = {("tf_lso_migration.cli", "tf_lso")}
+# The migration tool's imports of tf_lso (and TensorFlow), each inside a
+# function: `run` runs a script with `tf_lso.install()` in effect.
+MIGRATION_RUNS_THE_RUNTIME = {("tf_lso_migration.cli", "tf_lso"),
+                              ("tf_lso_migration.cli", "tensorflow")}
 
 
 def module_name(path):

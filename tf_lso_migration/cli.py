@@ -185,13 +185,16 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
         parser.error(f"no such file: {args.script!r}")
     try:
         with _start_up_log_hidden():
-            import tf_lso  # The runtime: only `run` needs it.
+            # The runtime: only `run` needs it. `install()` first: without
+            # TensorFlow it says what to install.
+            import tf_lso
 
             tf_lso.install()
+            import tensorflow as tf
             # Finding the devices logs too (on a machine without a GPU, an
             # error-level line about cuInit); it does not start the
             # runtime, so the script can still configure its devices.
-            sys.modules["tensorflow"].config.list_physical_devices()
+            tf.config.list_physical_devices()
     except ImportError as e:  # No (or an old) TensorFlow: what to install.
         print(f"{prog} run: error: {e}", file=sys.stderr)
         return 1
