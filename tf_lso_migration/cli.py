@@ -98,9 +98,14 @@ def main(argv: Sequence[str] | None = None,
         "tf_lso.install() in effect: the legacy mixed-precision names "
         "resolve to tf_lso's. It shows what the script prints; TensorFlow's "
         "start-up log (its C++ notices, and on a machine without a GPU an "
-        "error-level line about cuInit) is hidden, unless "
-        "TF_CPP_MIN_LOG_LEVEL is set in the environment: then TensorFlow "
-        "logs as that says (0: everything).", 79),
+        "error-level line about cuInit) is hidden. With TF_CPP_MIN_LOG_LEVEL "
+        "set in the environment, only what is below that level is hidden "
+        "(0: nothing; 1: notices; 2: warnings too), also the start-up "
+        "lines TensorFlow prints whatever the level. What TensorFlow logs "
+        "while the script runs is shown as with `python script.py` (on a "
+        "CPU without AVX-512, a float16 script's first op logs an "
+        "error-level oneDNN notice about DT_HALF: TF_CPP_MIN_LOG_LEVEL=3 "
+        "hides it).", 79),
         epilog=f"example:\n  {_RUN_EXAMPLE.format(prog=prog)}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -205,23 +210,35 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     return 0
 
 
-# A line of TensorFlow's C++ log: absl's format (TF 2.18+), or the one
-# before it; and what absl prints before its first line.
+# A line of TensorFlow's C++ log, and its severity: absl's format (TF
+# 2.18+), or the one before it.
 _TF_LOG_LINE = re.compile(
-    r"([IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ "
-    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] )\S+:\d+\] ")
-_TF_LOG_NOTICES = (
+    r"((?P<absl>[IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ "
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?P<old>[IWEF]) )\S+:\d+\] ")
+_SEVERITIES = "IWEF"  # TF_CPP_MIN_LOG_LEVEL's 0 to 3.
+# Lines of the log in no such format, and their severity.
+_TF_LOG_NOTICES = {
     "WARNING: All log messages before absl::InitializeLog() is called are "
-    "written to STDERR",
+    "written to STDERR": "W",
     # The second line of the CPU features notice.
-    "To enable the following instructions:",
-)
+    "To enable the following instructions:": "I",
+}
+
+
+def _severity(line: str) -> str | None:
+    """The severity (I, W, E, F) of a line of TensorFlow's C++ log, or
+    None for any other line."""
+    match = _TF_LOG_LINE.match(line)
+    if match:
+        return match.group("absl") or match.group("old")
+    return next((severity for start, severity in _TF_LOG_NOTICES.items()
+                 if line.startswith(start)), None)
 
 
 @contextlib.contextmanager
 def _start_up_log_hidden() -> Iterator[None]:
-    """Hides TensorFlow's C++ start-up log, unless TF_CPP_MIN_LOG_LEVEL is
-    set: then TensorFlow logs as that says.
+    """Hides TensorFlow's C++ start-up log below TF_CPP_MIN_LOG_LEVEL, and
+    all of it but fatal lines when that is not set.
 
     TensorFlow logs its notices (oneDNN, CUDA, CPU features, the cuInit
     error of a machine without a GPU) while it is imported and finds its
@@ -229,7 +246,9 @@ def _start_up_log_hidden() -> Iterator[None]:
     else is written to stderr meanwhile (a Python warning) is shown after,
     and all of it if starting fails.
     """
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")
+    shown = _SEVERITIES[int(level) if level in ("0", "1", "2") else 3:]
+    if shown == _SEVERITIES:
         yield
         return
     sys.stderr.flush()
@@ -247,9 +266,8 @@ def _start_up_log_hidden() -> Iterator[None]:
             log.seek(0)
             lines = log.read().decode(errors="replace").splitlines(True)
             sys.stderr.write("".join(
-                line for line in lines if failed or not (
-                    _TF_LOG_LINE.match(line)
-                    or line.startswith(_TF_LOG_NOTICES))))
+                line for line in lines
+                if failed or _severity(line) in (None, *shown)))
             sys.stderr.flush()
 
 
