@@ -22,6 +22,7 @@ scale, and the headroom (doublings left for the largest element), from
 """
 
 import argparse
+import math
 import os
 import tempfile
 
@@ -167,9 +168,17 @@ def _report_axes(share_axis, headroom_axis, steps, reports):
     headroom_axis.axhline(0, color="0.3", linestyle="--", linewidth=1,
                           label="0: at float16's maximum\n(below 0: beyond it)")
     headroom_axis.set_ylabel("headroom (doublings)")
-    finite = [room for room in headroom if abs(room) != float("inf")]
+    finite = [room for room in headroom if math.isfinite(room)]
     low, high = min(finite + [0.0]), max(finite + [0.0])
     headroom_axis.set_ylim(low - 1, high + 1)
+    # An overflowed gradient has no headroom (-inf), which a line leaves
+    # out: a marker on the panel's floor shows the step.
+    overflowed = [step for step, room in zip(steps, headroom)
+                  if not math.isfinite(room)]
+    if overflowed:
+        headroom_axis.plot(overflowed, [low - 1] * len(overflowed), "v",
+                           color="C3", clip_on=False, zorder=3,
+                           label="overflowed: no\nheadroom (−∞)")
 
 
 def main(argv=None):

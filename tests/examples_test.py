@@ -113,6 +113,26 @@ def _overlap(a, b):
     return (a.x0 < b.x1 and b.x0 < a.x1) and (a.y0 < b.y1 and b.y0 < a.y1)
 
 
+def test_an_overflowed_step_is_marked_on_the_headroom_panel():
+    # Its headroom is -inf, which a line leaves out (the walk-through of
+    # issue 51 saw no dip at the demo's step 291): a marker on the floor.
+    plot_training_health = _plot_example()
+    steps = 10
+    skipped = [step == 6 for step in range(steps)]
+    reports = [(0.0, float("-inf") if bad else 3.0) for bad in skipped]
+    figure = plot_training_health.figure(
+        [2.0**15] * steps, skipped, [1.0] * steps, reports)
+    headroom = figure.axes[-1]
+    [marker] = [line for line in headroom.get_lines()
+                if line.get_label().startswith("overflowed")]
+    assert list(marker.get_xdata()) == [6]
+    assert list(marker.get_ydata()) == [headroom.get_ylim()[0]]
+    assert marker.get_label() == "overflowed: no\nheadroom (−∞)"
+    assert marker in headroom.get_legend().get_lines() or any(
+        text.get_text() == marker.get_label()
+        for text in headroom.get_legend().get_texts())
+
+
 def test_training_health_panels_read_without_the_docs():
     # Issue 51: a share axis from 0 (the share is never negative), the
     # headroom on its own axis with its zero drawn and labelled, legends
