@@ -1,5 +1,7 @@
 """Tests for tf_lso._src.scaling.validation: scales judged as float32, step counts."""
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -118,6 +120,31 @@ def test_experimental_optimizer_without_loss_scale_names_the_public_class():
     assert str(error.value).startswith(
         "LossScaleOptimizer.__init__() missing 2 required positional "
         "arguments: 'optimizer' and 'loss_scale'. ")
+
+
+def test_experimental_optimizer_calls_that_do_not_fit_name_the_public_class():
+    # Found by the issue 51 walk-through: Python's own messages named
+    # LossScaleOptimizerV1.
+    signature = (
+        "it takes tf_lso.experimental.LossScaleOptimizer(optimizer, "
+        "loss_scale, *, name=None, max_consecutive_skips=None, "
+        "print_overflows=False, stop_on_nonfinite_loss=False).")
+    with pytest.raises(TypeError) as error:
+        tf_lso.experimental.LossScaleOptimizer(_sgd(), "dynamic",
+                                               learning_rate=0.1)
+    assert str(error.value) == (
+        "LossScaleOptimizer.__init__() got an unexpected keyword argument "
+        f"'learning_rate': {signature} Set `learning_rate` on the optimizer "
+        "it wraps.")
+    with pytest.raises(TypeError) as error:
+        tf_lso.experimental.LossScaleOptimizer(_sgd(), "dynamic", "extra")
+    assert str(error.value) == (
+        f"LossScaleOptimizer.__init__() too many positional arguments: "
+        f"{signature}")
+    assert str(inspect.signature(tf_lso.experimental.LossScaleOptimizer)) == (
+        "(optimizer: 'Any', loss_scale: 'Any', *, name: 'str | None' = None, "
+        "max_consecutive_skips: 'int | None' = None, print_overflows: "
+        "'bool' = False, stop_on_nonfinite_loss: 'bool' = False) -> 'None'")
 
 
 def test_reprs_show_the_public_paths():

@@ -8,6 +8,7 @@ identifier for one) instead of the TF 2.4 arguments.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import keras
@@ -36,29 +37,54 @@ def _to_loss_scale(loss_scale: Any) -> loss_scale_lib.LossScale:
     return converted
 
 
-class _Required:
-    """The default of a required argument, so that its absence gets a
-    message naming the public class (Python's names LossScaleOptimizerV1)."""
-
-    def __repr__(self) -> str:
-        return "<required>"
-
-
-_REQUIRED: Any = _Required()
+def _tf23_arguments(optimizer: Any, loss_scale: Any, *,
+                    name: str | None = None,
+                    max_consecutive_skips: int | None = None,
+                    print_overflows: bool = False,
+                    stop_on_nonfinite_loss: bool = False) -> None:
+    """The arguments of `tf_lso.experimental.LossScaleOptimizer`: TF 2.1 to
+    2.3's, then tf_lso's keywords. Only its signature is used."""
 
 
-def _check_given(**arguments: Any) -> None:
-    """Python's TypeError for missing arguments, with TF 2.1-2.3's class
-    name (LossScaleOptimizer) and what to pass."""
-    missing = [f"'{name}'" for name, value in arguments.items()
-               if value is _REQUIRED]
+_SIGNATURE = inspect.signature(_tf23_arguments)
+
+
+def _arguments(args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of a call, defaults included, by name.
+
+    A call that does not fit the signature gets Python's TypeError, naming
+    TF 2.1-2.3's class (LossScaleOptimizer) and what to pass, not
+    LossScaleOptimizerV1.
+    """
+    try:
+        bound = _SIGNATURE.bind_partial(*args, **kwargs)
+    except TypeError as error:
+        unknown = [key for key in kwargs if key not in _SIGNATURE.parameters]
+        hint = "".join(
+            f" Set `{key}` on the optimizer it wraps." for key in unknown
+            if key in settings_lib.KERAS_BASE_DEFAULTS
+            or key == "learning_rate")
+        raise TypeError(
+            f"LossScaleOptimizer.__init__() {error}: it takes "
+            "tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale, *, "
+            "name=None, max_consecutive_skips=None, print_overflows=False, "
+            f"stop_on_nonfinite_loss=False).{hint}"
+        ) from None
+    missing = [f"'{key}'" for key in ("optimizer", "loss_scale")
+               if key not in bound.arguments]
     if missing:
         raise TypeError(
             f"LossScaleOptimizer.__init__() missing {len(missing)} required "
             f"positional argument{'s' if len(missing) > 1 else ''}: "
-            f"{' and '.join(missing)}. tf_lso.experimental."
-            "LossScaleOptimizer(optimizer, loss_scale) takes a loss scale: "
-            '"dynamic" (recommended) or a number for a fixed one.')
+            f"{' and '.join(missing)}. {_USAGE}")
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+_USAGE = ("tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale) "
+          'takes a loss scale: "dynamic" (recommended) or a number for a '
+          "fixed one.")
 
 
 @keras.saving.register_keras_serializable(package="tf_lso")
@@ -104,22 +130,23 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
 
     _public_name = "tf_lso.experimental.LossScaleOptimizer"
 
-    def __init__(
-        self,
-        optimizer: Any = _REQUIRED,
-        loss_scale: Any = _REQUIRED,
-        *,
-        name: str | None = None,
-        max_consecutive_skips: int | None = None,
-        print_overflows: bool = False,
-        stop_on_nonfinite_loss: bool = False,
-    ) -> None:
-        _check_given(optimizer=optimizer, loss_scale=loss_scale)
-        inner = inner_lib.wrap(optimizer, "optimizer")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The arguments of `_tf23_arguments`, checked there, so that a call
+        # that does not fit them names the public class.
+        arguments = _arguments(args, kwargs)
+        inner = inner_lib.wrap(arguments["optimizer"], "optimizer")
         replicas.check_strategy_supported()
-        self._init_wrapper(inner, _to_loss_scale(loss_scale), name,
-                           max_consecutive_skips, print_overflows,
-                           stop_on_nonfinite_loss)
+        self._init_wrapper(inner, _to_loss_scale(arguments["loss_scale"]),
+                           arguments["name"],
+                           arguments["max_consecutive_skips"],
+                           arguments["print_overflows"],
+                           arguments["stop_on_nonfinite_loss"])
+
+    # What `inspect.signature` and `help` show.
+    __init__.__signature__ = _SIGNATURE.replace(  # type: ignore[attr-defined]
+        parameters=[inspect.Parameter(
+            "self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            *_SIGNATURE.parameters.values()])
 
     @property
     def loss_scale(self) -> loss_scale_lib.LossScale:
