@@ -213,7 +213,7 @@ def test_compile_takes_tf_lso_optimizers_without_install():
         tf.keras.optimizers.SGD(0.05), "dynamic")
     model = _model()
     _fit(model, opt, epochs=1)
-    assert model.optimizer.core is opt
+    assert model.optimizer is opt
     assert not hasattr(tf.keras.mixed_precision, "experimental")
 
 
@@ -223,7 +223,7 @@ def test_the_model_optimizer_is_the_users():
         tf.keras.optimizers.SGD(0.05), 64)
     model = _model()
     _fit(model, opt, epochs=1)
-    assert model.optimizer.core is opt
+    assert model.optimizer is opt
     assert isinstance(model.optimizer,
                       tf.keras.mixed_precision.LossScaleOptimizer)
     assert float(model.optimizer.loss_scale()) == 64.0
@@ -259,7 +259,7 @@ def test_compile_honours_the_policy_loss_scale(loss_scale, dynamic, scale):
     model = _model()
     _fit(model, "sgd", epochs=1)
     optimizer = model.optimizer
-    assert isinstance(optimizer.core, tf_lso.experimental.LossScaleOptimizer)
+    assert isinstance(optimizer, tf_lso.experimental.LossScaleOptimizer)
     assert optimizer.dynamic is dynamic
     assert float(optimizer.loss_scale()) == scale
     assert model.layers[0].compute_dtype == "float16"
@@ -447,3 +447,305 @@ def test_loss_scale_monitor_in_tf_keras_fit():
     assert logged == [(4.0, 1), (4.0, 1), (4.0, 1), (4.0, 1)]
     assert history.history["loss_scale"] == [4.0]
     assert history.history["skipped_steps"] == [1]
+
+
+# -- 4. model.optimizer is the optimizer passed (issue 50) --------------------
+
+def _make(experimental, optimizers, **kwargs):
+    sgd = optimizers.SGD(0.05, momentum=0.5)
+    if experimental:
+        return tf_lso.experimental.LossScaleOptimizer(
+            sgd, kwargs.pop("loss_scale", "dynamic"))
+    return tf_lso.LossScaleOptimizer(sgd, **kwargs)
+
+
+@pytest.mark.parametrize("installed", [True, False])
+@pytest.mark.parametrize("experimental", [True, False])
+@pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
+def test_compile_keeps_the_optimizer_passed(installed, experimental, kind):
+    if installed:
+        tf_lso.install()
+    opt = _make(experimental, inner_kinds.get(kind).optimizers())
+    config = opt.get_config()
+    model = _model()
+    _fit(model, opt, epochs=1)
+    assert model.optimizer is opt
+    assert isinstance(model.optimizer, type(opt))
+    assert isinstance(model.optimizer, tf_lso.LossScaleOptimizer)
+    # tf_keras's own class too: its compile never wraps it again.
+    assert isinstance(model.optimizer,
+                      tf.keras.mixed_precision.LossScaleOptimizer)
+    if installed and experimental:
+        assert isinstance(
+            model.optimizer,
+            tf.keras.mixed_precision.experimental.LossScaleOptimizer)
+    assert model.optimizer.get_config() == opt.get_config()
+    assert config.keys() == opt.get_config().keys()
+    assert int(opt.iterations) == 4
+
+
+def test_the_policy_wrap_is_tf_lso_experimental_class():
+    tf_lso.install()
+    mp = tf.keras.mixed_precision.experimental
+    mp.set_policy(mp.Policy("mixed_float16", loss_scale=128))
+    model = _model()
+    _fit(model, "sgd", epochs=1)
+    assert isinstance(model.optimizer, mp.LossScaleOptimizer)
+    assert type(model.optimizer.inner_optimizer) is type(
+        tf.keras.optimizers.get("sgd"))
+    expected = mp.LossScaleOptimizer(tf.keras.optimizers.get("sgd"), 128)
+    assert model.optimizer.get_config() == expected.get_config()
+    assert float(model.optimizer.loss_scale()) == 128.0
+
+
+@pytest.mark.parametrize("experimental", [True, False])
+@pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
+def test_tf_keras_serialize_round_trip_trains_alike(experimental, kind):
+    tf_lso.install()
+    opt = _make(experimental, inner_kinds.get(kind).optimizers(),
+                **({} if experimental else {"initial_scale": 8,
+                                            "dynamic_growth_steps": 2}))
+    config = tf.keras.optimizers.serialize(opt)
+    clone = tf.keras.optimizers.deserialize(config)
+    assert type(clone) is type(opt)
+    assert clone.get_config() == opt.get_config()
+    assert tf.keras.optimizers.serialize(clone) == config
+    x, y = _data()
+    y[2] = np.inf  # One skipped step: the loss scale state moves.
+    runs = []
+    for optimizer in (opt, clone):
+        model = _model()
+        model.compile(optimizer, "mse")
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        runs.append((model.get_weights(), float(optimizer.loss_scale),
+                     int(optimizer.iterations)))
+    for got, expected in zip(runs[1][0], runs[0][0]):
+        np.testing.assert_array_equal(got, expected)
+    assert runs[1][1:] == runs[0][1:]
+
+
+_TF23_SGD = {"class_name": "SGD", "config": {
+    "name": "SGD", "learning_rate": 0.05, "decay": 0.0, "momentum": 0.5,
+    "nesterov": False}}
+
+
+@pytest.mark.parametrize("tf23", [True, False])
+def test_a_tf2x_config_builds_a_tf_keras_inner(tf23):
+    tf_lso.install()
+    if tf23:
+        cls = tf.keras.mixed_precision.experimental.LossScaleOptimizer
+        config = {"optimizer": _TF23_SGD, "loss_scale": {
+            "class_name": "DynamicLossScale", "config": {
+                "initial_loss_scale": 8.0, "increment_period": 2,
+                "multiplier": 2.0}}}
+    else:
+        cls = tf_lso.LossScaleOptimizer
+        config = {"inner_optimizer": _TF23_SGD, "dynamic": True,
+                  "initial_scale": 8.0, "dynamic_growth_steps": 2}
+    opt = cls.from_config(config)
+    # As tf_keras's own class builds it from the same config.
+    reference = type(tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.legacy.SGD())).from_config(config)
+    assert type(opt.inner_optimizer) is type(reference.inner_optimizer)
+    assert isinstance(opt.inner_optimizer, tf.keras.optimizers.legacy.SGD)
+    x, y = _data()
+    y[2] = np.inf
+    runs = []
+    for optimizer in (opt, reference):
+        model = _model()
+        model.compile(optimizer, "mse")
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        runs.append((model.get_weights(), float(optimizer.loss_scale()
+                                                if callable(
+                                                    optimizer.loss_scale)
+                                                else optimizer.loss_scale)))
+    for got, expected in zip(runs[0][0], runs[1][0]):
+        np.testing.assert_array_equal(got, expected)
+    assert runs[0][1] == runs[1][1]
+
+
+# tf_keras's .keras files hold the state of tf_keras `Optimizer`s only: as
+# tf_keras's own class, a loss scale optimizer around a legacy one
+# (OptimizerV2) keeps its config there, not its state.
+@pytest.mark.parametrize("experimental", [True, False])
+@pytest.mark.parametrize("kind", ["tf_keras"])
+def test_keras_file_round_trip_resumes_bit_equal(tmp_path, experimental,
+                                                  kind):
+    tf_lso.install()
+    optimizers = inner_kinds.get(kind).optimizers()
+    x, y = _data()
+    y[2] = np.inf  # A skip: the scale and counter are not their initial.
+
+    def make():
+        if experimental:
+            return tf_lso.experimental.LossScaleOptimizer(
+                optimizers.SGD(0.05, momentum=0.5),
+                tf_lso.experimental.DynamicLossScale(8, 3))
+        return tf_lso.LossScaleOptimizer(
+            optimizers.SGD(0.05, momentum=0.5), initial_scale=8,
+            dynamic_growth_steps=3)
+
+    def fit(model):
+        model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+
+    uninterrupted = _model()
+    uninterrupted.compile(make(), "mse")
+    fit(uninterrupted)
+    fit(uninterrupted)
+    model = _model()
+    opt = make()
+    model.compile(opt, "mse")
+    fit(model)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    loaded = tf.keras.models.load_model(path)
+    assert type(loaded.optimizer) is type(opt)
+    assert loaded.optimizer.get_config() == opt.get_config()
+    state = lambda o: (float(o.loss_scale() if experimental  # noqa: E731
+                             else o.loss_scale),
+                       int(o.dynamic_counter) if not experimental
+                       else int(o.loss_scale._num_good_steps),
+                       int(o.iterations))
+    assert state(loaded.optimizer) == state(opt)
+    for got, expected in zip(loaded.optimizer.inner_optimizer.variables()
+                             if kind == "tf_keras_legacy"
+                             else loaded.optimizer.inner_optimizer.variables,
+                             opt.inner_optimizer.variables()
+                             if kind == "tf_keras_legacy"
+                             else opt.inner_optimizer.variables):
+        np.testing.assert_array_equal(got, expected)
+    fit(loaded)
+    assert state(loaded.optimizer) == state(uninterrupted.optimizer)
+    for got, expected in zip(loaded.get_weights(),
+                             uninterrupted.get_weights()):
+        np.testing.assert_array_equal(got, expected)
+
+
+def _guarded_model(lso_class):
+    # EfficientDet's (google/automl) train_step: the loss is scaled only if
+    # the optimizer `compile` set is a loss scale optimizer.
+    class Guarded(tf.keras.Model):
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = self.compiled_loss(y, self(x, training=True))
+                if isinstance(self.optimizer, lso_class):
+                    scaled_loss = self.optimizer.get_scaled_loss(loss)
+                else:
+                    scaled_loss = loss
+            grads = tape.gradient(scaled_loss, self.trainable_variables)
+            if isinstance(self.optimizer, lso_class):
+                grads = self.optimizer.get_unscaled_gradients(grads)
+            self.optimizer.apply_gradients(
+                zip(grads, self.trainable_variables))
+            return {"loss": loss}
+
+    tf.keras.utils.set_random_seed(0)
+    inputs = tf.keras.Input(shape=(16,))
+    hidden = tf.keras.layers.Dense(32, activation="relu")(inputs)
+    hidden = tf.keras.layers.Dense(1)(hidden)
+    outputs = tf.keras.layers.Activation("linear", dtype="float32")(hidden)
+    return Guarded(inputs, outputs)
+
+
+@pytest.mark.parametrize("how", ["experimental", "policy"])
+def test_an_isinstance_guarded_train_step_scales_its_loss(how):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 16)).astype("float32")
+    y = x[:, :1] * 1e3  # Gradients overflow float16 at a scale of 2**15.
+    tf_lso.install()
+    mp = tf.keras.mixed_precision.experimental
+    if how == "policy":
+        mp.set_policy(mp.Policy("mixed_float16", loss_scale="dynamic"))
+    else:
+        mp.set_policy("mixed_float16")
+    model = _guarded_model(mp.LossScaleOptimizer)
+    model.compile(
+        "sgd" if how == "policy" else mp.LossScaleOptimizer(
+            tf.keras.optimizers.SGD(), "dynamic"), "mse")
+    history = model.fit(x, y, batch_size=32, epochs=2, shuffle=False,
+                        verbose=0)
+    opt = model.optimizer
+    assert isinstance(opt, mp.LossScaleOptimizer)
+    assert int(opt.skipped_steps) > 0  # The loss was scaled.
+    tf_lso.uninstall()
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    reference = _guarded_model(tf.keras.mixed_precision.LossScaleOptimizer)
+    reference.compile(tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD()), "mse")
+    expected = reference.fit(x, y, batch_size=32, epochs=2, shuffle=False,
+                             verbose=0)
+    assert history.history["loss"] == expected.history["loss"]
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    assert float(opt.loss_scale()) == float(
+        reference.optimizer.loss_scale)
+
+
+# -- 5. No tf_keras: one line that says what to install (issue 50) ------------
+
+_NO_TF_KERAS = '''
+import sys
+
+
+class NoTfKeras:
+    """As if tf_keras were not installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "tf_keras":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoTfKeras())
+'''
+
+
+@pytest.mark.parametrize("command", [
+    ["-m", "tf_lso", "run", "script.py"],
+    ["-c", "import tf_lso; tf_lso.install()"]])
+def test_without_tf_keras_one_line_says_what_to_install(tmp_path, command):
+    (tmp_path / "sitecustomize.py").write_text(_NO_TF_KERAS)
+    (tmp_path / "script.py").write_text("print('ran')\n")
+    done = subprocess.run(
+        [sys.executable, *command], capture_output=True, text=True,
+        timeout=300, cwd=tmp_path,
+        env={**os.environ, "TF_USE_LEGACY_KERAS": "1",
+             "PYTHONPATH": os.pathsep.join(
+                 [str(tmp_path), os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 1
+    assert "ran" not in done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    minor = ".".join(tf.__version__.split(".")[:2])
+    assert (
+        "TF_USE_LEGACY_KERAS=1 makes tf.keras tf_keras, which is not "
+        "installed. Install it with `pip install 'tf_keras~="
+        f"{minor}.0'`") in last, done.stderr[-2000:]
+    if command[0] == "-m":
+        assert done.stderr.strip() == "python -m tf_lso run: error: " + (
+            done.stderr.strip().split("error: ", 1)[1])
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".keras"])
+def test_a_file_loads_in_a_new_process(tmp_path, suffix):
+    # The classes tf_keras takes are made on first use; install() makes
+    # them known to load_model in a process that made none yet.
+    tf_lso.install()
+    opt = tf_lso.experimental.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.05, momentum=0.5), 64)
+    model = _model()
+    _fit(model, opt, epochs=1)
+    path = tmp_path / f"m{suffix}"
+    model.save(str(path))
+    out = _run_script(tmp_path, f"""
+import tensorflow as tf
+import tf_lso
+tf_lso.install()
+optimizer = tf.keras.models.load_model({str(path)!r}).optimizer
+print(isinstance(optimizer, tf_lso.experimental.LossScaleOptimizer),
+      float(optimizer.loss_scale()), int(optimizer.iterations))
+print(optimizer.get_config())
+""")
+    assert out.splitlines()[0] == "True 64.0 4"
+    assert out.splitlines()[1] == str(opt.get_config())

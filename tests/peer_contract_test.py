@@ -79,7 +79,10 @@ class KerasLossScaleOptimizerTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(dir(restored), dir(opt))
         serialized = keras.optimizers.deserialize(
             keras.optimizers.serialize(opt))
-        self.assertIs(type(serialized), tf_lso.LossScaleOptimizer)
+        # Around a tf_keras optimizer: tf_lso's class as tf_keras takes it
+        # (a subclass, issue 50), as `opt` itself is.
+        self.assertIs(type(serialized), type(opt))
+        self.assertIsInstance(serialized, tf_lso.LossScaleOptimizer)
         self.assertEqual(serialized.get_config(), config)
         revived = keras.saving.deserialize_keras_object(
             keras.saving.serialize_keras_object(opt))
@@ -389,7 +392,9 @@ class WrappedKerasOptimizerTest(tf.test.TestCase, parameterized.TestCase):
     def test_pickleable(self, kind):
         opt = tf_lso.LossScaleOptimizer(_sgd(kind, 0.5), initial_scale=8)
         reloaded = pickle.loads(pickle.dumps(opt))
-        self.assertIs(type(reloaded), tf_lso.LossScaleOptimizer)
+        # type(opt): around a tf_keras optimizer, a subclass (issue 50).
+        self.assertIs(type(reloaded), type(opt))
+        self.assertIsInstance(reloaded, tf_lso.LossScaleOptimizer)
         self.assertEqual(reloaded.get_config(), opt.get_config())
 
     def test_mixed_with_tf_variables(self):
@@ -736,9 +741,12 @@ class TfKerasLossScaleOptimizerTest(tf.test.TestCase,
         inner = _sgd(kind)
         opt = tf_lso.LossScaleOptimizer(inner)
         self.assertFalse(inner.nesterov)
+        # Python's wording, with the object's class: around a tf_keras
+        # optimizer tf_lso's class as tf_keras takes it (issue 50), as
+        # tf_keras's own says 'LossScaleOptimizerV3' there.
         with self.assertRaisesRegex(
                 AttributeError,
-                "'LossScaleOptimizer' object has no attribute 'nesterov'"):
+                f"'{type(opt).__name__}' object has no attribute 'nesterov'"):
             opt.nesterov  # noqa: B018 - the attribute read is the test.
         opt.nesterov = True
         self.assertTrue(opt.nesterov)
@@ -863,8 +871,10 @@ class TfKerasLossScaleOptimizerTest(tf.test.TestCase,
                                         dynamic_growth_steps=3.0)
         config = keras.optimizers.serialize(opt)
         config["class_name"] = class_name  # TF 2.4's older V1 name too.
+        expected_type = type(opt)  # A subclass for tf_keras (issue 50).
         opt = keras.optimizers.deserialize(config)
-        self.assertIs(type(opt), tf_lso.LossScaleOptimizer)
+        self.assertIs(type(opt), expected_type)
+        self.assertIsInstance(opt, tf_lso.LossScaleOptimizer)
         self.assertEqual(float(opt.learning_rate), 2.0)
         self.assertEqual(float(opt.inner_optimizer.momentum), 0.5)
         self.assertEqual(float(opt.loss_scale), 2.0)

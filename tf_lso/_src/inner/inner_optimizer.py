@@ -106,6 +106,15 @@ class InnerOptimizer(abc.ABC):
         return False
 
     @classmethod
+    def wrapper_class(cls, wrapper: type) -> type:
+        """The class of a loss scale optimizer of class `wrapper` around one
+        of this kind's optimizers: `wrapper`, or a subclass of it that is
+        also what the kind's own framework takes (the tf_keras kinds: a
+        tf_keras loss scale optimizer, so that tf_keras's `compile` keeps
+        it). `LossScaleOptimizer.__new__` asks (see `wrapper_class`)."""
+        return wrapper
+
+    @classmethod
     @abc.abstractmethod
     def deserialize(cls, config: dict,
                     custom_objects: dict | None = None) -> typing.Any:
@@ -506,6 +515,17 @@ def is_loss_scale_optimizer(optimizer: typing.Any) -> bool:
     )
 
 
+def wrapper_class(wrapper: type, optimizer: typing.Any) -> type:
+    """The class a loss scale optimizer of class `wrapper` around
+    `optimizer` is made of: the kind's `wrapper_class(wrapper)`; `wrapper`
+    itself for anything `wrap` refuses (its constructor says why)."""
+    if not is_supported(optimizer):
+        return wrapper
+    kind = kind_of(optimizer)
+    assert kind is not None  # is_supported
+    return kind.wrapper_class(wrapper)
+
+
 # The optimizers that a loss scale optimizer wraps (see `claim`).
 _claimed: weakref.WeakSet[typing.Any] = weakref.WeakSet()
 
@@ -554,25 +574,7 @@ def wrap(optimizer: typing.Any, argument_name: str) -> InnerOptimizer:
             "optimizer that wraps it (after `model.compile`: "
             "`model.optimizer`), or wrap a new optimizer."
         )
-    inner = kind(optimizer)
-    for listener in _wrap_listeners:
-        listener(inner)
-    return inner
-
-
-# Called with every new `InnerOptimizer`: the layers above learn which kinds
-# are in use without this layer importing them (see `on_wrap`).
-_wrap_listeners: list[typing.Callable[[InnerOptimizer], None]] = []
-
-
-def on_wrap(listener: typing.Callable[[InnerOptimizer], None]) -> None:
-    """Calls `listener(inner)` whenever `wrap` wraps an optimizer.
-
-    The legacy-Keras route's compile hook uses it: wrapping a tf_keras
-    optimizer makes tf_keras's `compile` take tf_lso's optimizers.
-    """
-    if listener not in _wrap_listeners:
-        _wrap_listeners.append(listener)
+    return kind(optimizer)
 
 
 def claim(inner: InnerOptimizer) -> None:

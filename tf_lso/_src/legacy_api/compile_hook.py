@@ -28,7 +28,6 @@ from typing import Any
 import keras
 
 from tf_lso._src import compat
-from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.legacy_api import tf_keras_face
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 from tf_lso._src.optimizer import loss_scale_optimizer as v2
@@ -97,9 +96,15 @@ def _original_of(compile: Any) -> Callable[..., Any] | None:
 
 
 def _enable_tf_keras() -> None:
-    tf_keras_face.face_class()  # Made and registered: load_model finds it.
     tf_keras = compat.tf_keras_module()
-    assert tf_keras is not None  # face_class() imported it.
+    assert tf_keras is not None  # tf.keras is tf_keras.
+    # Registered with tf_keras (by their classes' names): load_model finds
+    # tf_lso's optimizers in files.
+    from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
+
+    for cls in (v2.LossScaleOptimizer, v1.LossScaleOptimizerV1):
+        for legacy in (False, True):
+            tf_keras_kinds.tf_keras_wrapper_class(cls, legacy)
     model_class = tf_keras.Model
     original = vars(model_class).get("compile")
     if original is None or _original_of(original):
@@ -116,17 +121,6 @@ def _enable_tf_keras() -> None:
 
     _mark(compile, original)
     model_class.compile = compile
-
-
-def _on_wrap(inner: inner_lib.InnerOptimizer) -> None:
-    """Wrapping a tf_keras optimizer: tf_keras's `compile` must take the
-    tf_lso optimizer around it (`tf_keras_face`), as Keras 3's takes tf_lso's
-    Keras 3 classes with no hook at all."""
-    if tf_keras_face.is_tf_keras_kind(inner):
-        _enable_tf_keras()
-
-
-inner_lib.on_wrap(_on_wrap)
 
 
 def _disable_tf_keras() -> None:

@@ -134,11 +134,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
         return False
 
     def _optimizer(self) -> Any:
-        """The model's tf_lso optimizer (tf_keras's compile puts a face in
-        front of it, whose `core` it is), or what the model has."""
-        optimizer: Any = getattr(self.model, "optimizer", None)
-        core = getattr(type(optimizer), "core", None)
-        return optimizer.core if isinstance(core, property) else optimizer
+        """The model's optimizer (tf_keras's `compile` keeps tf_lso's too)."""
+        return getattr(self.model, "optimizer", None)
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         """Checks that the model's optimizer is a tf_lso optimizer."""

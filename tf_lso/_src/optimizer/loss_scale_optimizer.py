@@ -102,6 +102,13 @@ class LossScaleOptimizer(
     # tf_lso._src's, where Keras serialization and pickling find it.
     _public_name = "tf_lso.LossScaleOptimizer"
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> LossScaleOptimizer:
+        # Around a tf_keras optimizer: an instance of a subclass that is
+        # also a tf_keras loss scale optimizer (inner_lib.wrapper_class).
+        inner = args[0] if args else kwargs.get(
+            "inner_optimizer", kwargs.get("optimizer"))
+        return super().__new__(inner_lib.wrapper_class(cls, inner))
+
     def __init__(
         self,
         inner_optimizer: Any,

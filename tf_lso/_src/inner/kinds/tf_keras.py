@@ -2,11 +2,23 @@
 
 tf_keras is optional: these kinds accept nothing when it is not installed
 (`compat.tf_keras_module`), and import it only to read a config of theirs.
-Both write and read their configs with tf_keras's own serialization.
+Both write and read their configs with tf_keras's own serialization. Where
+`tf.keras` is tf_keras (`TF_USE_LEGACY_KERAS=1`), a TF 2.x config (no
+`module`, no `is_legacy_optimizer`) is a tf_keras legacy optimizer's, as
+tf_keras's own `LossScaleOptimizer.from_config` reads it.
+
+A loss scale optimizer around a tf_keras optimizer is an instance of
+`tf_keras_wrapper_class`: a subclass of its class that is also the
+tf_keras loss scale optimizer tf_keras would make around the same inner
+optimizer (`tf_keras.mixed_precision.LossScaleOptimizer` and tf_keras's
+`Optimizer`, or its legacy `Optimizer`), so that tf_keras's `compile`, `fit`,
+saving and `isinstance` checks take the very object the user made (see
+docs/architecture.md).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import typing
 
@@ -30,7 +42,13 @@ def is_tf_keras_config(config: dict) -> bool | None:
     if config.get("module") == "keras.optimizers.legacy" or (
             has_flag and inner_config["is_legacy_optimizer"]):
         return True
-    return False if has_flag else None
+    if has_flag:
+        return False
+    if "module" not in config and compat.tf_keras_is_tf_keras():
+        # TF 2.x's (OptimizerV2's) config, on the route where `tf.keras`
+        # is tf_keras: tf_keras's own class reads it as a legacy one.
+        return True
+    return None
 
 
 class TfKerasKind(inner_optimizer.InnerOptimizer):
@@ -41,14 +59,116 @@ class TfKerasKind(inner_optimizer.InnerOptimizer):
     def deserialize(cls, config: dict,
                     custom_objects: dict | None = None) -> typing.Any:
         tf_keras = importlib.import_module("tf_keras")
+        # Without a module: tf_keras's legacy serialization (HDF5 and
+        # SavedModel metadata, TF 2.x configs).
         return tf_keras.optimizers.deserialize(
             config, custom_objects=_with_keras_custom_objects(
-                config, custom_objects))
+                config, custom_objects),
+            use_legacy_format="module" not in config)
 
     def serialize(self) -> dict:
         tf_keras = compat.tf_keras_module()
         assert tf_keras is not None  # The optimizer is a tf_keras one.
         return tf_keras.optimizers.serialize(self.optimizer)
+
+
+def _create_all_weights(self: typing.Any, var_list: list) -> None:
+    self.build(var_list)
+
+
+# What every class's namespace holds about the class itself.
+_CLASS_BOOKKEEPING = frozenset({
+    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
+    "__annotations__", "__abstractmethods__", "_abc_impl", "__slots__",
+    "__orig_bases__", "__parameters__", "__firstlineno__",
+    "__static_attributes__"})
+
+
+@functools.cache
+def tf_keras_wrapper_class(wrapper: type, legacy: bool) -> type:
+    """`wrapper` (a tf_lso loss scale optimizer class), as tf_keras takes it.
+
+    A subclass of `wrapper` and of what tf_keras's own loss scale optimizer
+    is around the same inner optimizer: tf_keras's `LossScaleOptimizer` and
+    its `Optimizer` (`legacy`: its legacy `Optimizer`, OptimizerV2), named
+    `TfKeras<name>` (`TfKerasLegacy<name>`: tf_keras's
+    `optimizers.deserialize` reads a class named `LossScaleOptimizer` as its
+    own) and serialized under `wrapper`'s registered name (tf_keras's and
+    Keras 3's registries lead that name back to `wrapper`). Everything it
+    does is `wrapper`'s: it adds no behaviour.
+    tf_keras's `compile` then keeps the optimizer, `isinstance` of the
+    class the user named holds, `get_config()` and serialization are the
+    user's optimizer's, and tf_keras's `.keras` files save it (around a new
+    tf_keras optimizer: tf_keras saves `Optimizer`s only).
+    """
+    made_from = vars(wrapper).get("_tf_keras_made_from")
+    if made_from is not None:  # Made here: the class it was made from.
+        return tf_keras_wrapper_class(made_from, legacy)
+    tf_keras = importlib.import_module("tf_keras")
+    optimizer_base = (tf_keras.optimizers.legacy.Optimizer if legacy
+                      else tf_keras.optimizers.Optimizer)
+    tf_keras_bases = (tf_keras.mixed_precision.LossScaleOptimizer,
+                      optimizer_base)
+    # tf_keras's metaclass picks a class by the inner optimizer's type when
+    # `tf_keras.mixed_precision.LossScaleOptimizer(...)` is called; here
+    # the class is chosen, so construction is plain.
+    meta = type("TfKerasWrapperMeta", (type(tf_keras_bases[0]),),
+                {"__call__": type.__call__})
+    name = f"TfKeras{'Legacy' if legacy else ''}{wrapper.__name__}"
+    # tf_keras's classes share TensorFlow's AutoTrackable with Keras 3's,
+    # so they come before the rest of Keras 3's chain (its BaseOptimizer)
+    # in the method order: `keras_first`, just before them, gives back
+    # every attribute they would take from that rest (`__init__`,
+    # `_build_learning_rate`, ...). Only what tf_keras alone defines is
+    # tf_keras's.
+    keras_first = type(f"{name}KerasFirst", (), {
+        "__module__": wrapper.__module__})
+    namespace: dict[str, typing.Any] = {
+        "__module__": wrapper.__module__, "__qualname__": name,
+        "__doc__": wrapper.__doc__, "__reduce__": _reduce_as(wrapper),
+        "_tf_keras_made_from": wrapper}
+    if legacy:
+        # What tf_keras's HDF5 loading calls on a legacy optimizer.
+        namespace["_create_all_weights"] = _create_all_weights
+    variant = meta(name, (wrapper, keras_first, *tf_keras_bases), namespace)
+    order = variant.__mro__
+    tf_keras_block = [c for c in order
+                      if c.__module__.split(".")[0] == "tf_keras"]
+    assert order[order.index(keras_first) + 1] is tf_keras_block[0]
+    rest = order[order.index(tf_keras_block[-1]) + 1:]
+    for attribute in sorted({a for c in tf_keras_block for a in vars(c)}
+                            - _CLASS_BOOKKEEPING):
+        owner = next((c for c in rest if attribute in vars(c)), None)
+        if owner is not None:
+            setattr(keras_first, attribute, vars(owner)[attribute])
+    registered = keras.saving.get_registered_name(wrapper)
+    package, separator, registered_as = registered.rpartition(">")
+    if separator:
+        # Serialized under the name of the class called, which leads back
+        # to it (its `__new__` picks this class again), in every process
+        # where it is registered: files load without this class made yet.
+        for framework in (tf_keras, keras):
+            register = framework.saving.register_keras_serializable(
+                package=package, name=registered_as)
+            register(variant)
+            register(wrapper)
+    return variant
+
+
+def _reduce_as(wrapper: type) -> typing.Callable[[typing.Any], typing.Any]:
+    """`__reduce__` for the class made from `wrapper`: Keras pickles an
+    optimizer as (a classmethod of its class, its file); the class made
+    here is found by no module, so the classmethod is `wrapper`'s."""
+
+    reduce: typing.Any = wrapper.__reduce__  # Keras's (KerasSaveable).
+
+    def __reduce__(self: typing.Any) -> typing.Any:
+        rebuild, *rest = reduce(self)
+        if getattr(rebuild, "__self__", None) is type(self):
+            rebuild = getattr(wrapper, rebuild.__name__)
+        return (rebuild, *rest)
+
+    return __reduce__
 
 
 def _with_keras_custom_objects(config: dict,
@@ -91,6 +211,10 @@ class TfKerasInner(TfKerasKind):
             optimizer, optimizers.Optimizer) and not isinstance(
             optimizer, optimizers.legacy.Optimizer)
 
+    @classmethod
+    def wrapper_class(cls, wrapper: type) -> type:
+        return tf_keras_wrapper_class(wrapper, legacy=False)
+
     def build(self, var_list: list) -> None:
         self.optimizer.build(var_list)  # A no-op once built.
 
@@ -129,6 +253,10 @@ class TfKerasLegacyInner(TfKerasKind):
         optimizers = _tf_keras_optimizers()
         return optimizers is not None and isinstance(
             optimizer, optimizers.legacy.Optimizer)
+
+    @classmethod
+    def wrapper_class(cls, wrapper: type) -> type:
+        return tf_keras_wrapper_class(wrapper, legacy=True)
 
     def build(self, var_list: list) -> None:
         compat.legacy_create_all_weights(self.optimizer, var_list)
