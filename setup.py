@@ -46,6 +46,9 @@ setuptools.setup(
         # trains wrongly under tf.distribute (keras-team/keras#19891).
         "tensorflow": ["tensorflow>=2.16,<2.22", "keras>=3.8,<3.16"],
         "cpu": ["tensorflow-cpu>=2.16,<2.22", "keras>=3.8,<3.16"],
+        # The legacy-Keras route (TF_USE_LEGACY_KERAS=1, docs/routes.md):
+        # pip picks the tf_keras of the installed TensorFlow's minor.
+        "tfkeras": ["tf-keras>=2.16,<2.22"],
         "test": [
             "absl-py",
             "hypothesis",

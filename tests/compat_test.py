@@ -88,19 +88,6 @@ def test_tf_keras_module_only_when_imported():
     assert compat.tf_keras_module() is sys.modules.get("tf_keras")
 
 
-def test_delegating_trackable_mixin_hook(tmp_path):
-    # The tf_keras face's base: a checkpoint sees the object it delegates to.
-    class Face(compat.DelegatingTrackableMixin, compat.Trackable):
-        def __init__(self, delegate):
-            compat.DelegatingTrackableMixin.__init__(self, delegate)
-
-    module = tf.Module()
-    module.v = tf.Variable(3.0)
-    path = tf.train.Checkpoint(f=Face(module)).write(str(tmp_path / "c"))
-    keys = [n for n, _ in tf.train.list_variables(path)]
-    assert "f/v/.ATTRIBUTES/" + compat.VARIABLE_VALUE in keys
-
-
 def test_trackable_protocol_hooks(tmp_path):
     module = tf.Module()
     module.v = tf.Variable(1.0)
@@ -412,3 +399,20 @@ def test_tf_keras_is_tf_keras_hook():
 
     assert tf.keras.Model is keras.Model
     assert compat.tf_keras_is_tf_keras() is False
+
+
+def test_require_tf_keras_if_chosen(monkeypatch):
+    # Issue 50: with TF_USE_LEGACY_KERAS=1 and no tf_keras, one line that
+    # names the package and the command (TensorFlow's blames Keras).
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    compat._require_tf_keras_if_chosen()  # Not chosen: nothing to check.
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    minor = ".".join(tf.__version__.split(".")[:2])
+    with pytest.raises(ImportError, match=(
+            r"^TF_USE_LEGACY_KERAS=1 makes tf\.keras tf_keras, which is not "
+            rf"installed\. Install it with `pip install 'tf_keras~={minor}"
+            r"\.0'`")):
+        compat._require_tf_keras_if_chosen()

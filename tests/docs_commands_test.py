@@ -267,8 +267,9 @@ def _multi_worker(done, tmp_path):
 
 # What some commands must print, beyond their status.
 OUTPUT = {
-    'python3.11 -m venv .venv && .venv/bin/pip install -q -e '
-    '".[tensorflow,examples,migrate]" && .venv/bin/python examples/demo.py':
+    'python3.11 -m venv .venv && .venv/bin/pip install -e '
+    '".[tensorflow,tfkeras,examples,migrate]" && .venv/bin/python '
+    'examples/demo.py':
         _demo,
     "python examples/demo.py --tf-logs": _demo_with_notices,
     "python examples/demo.py --gradient-report": _demo_gradient_report,

@@ -9,7 +9,10 @@ of them.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import importlib.util
 import inspect
+import os
 import re
 import sys
 import threading
@@ -46,8 +49,40 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def _require_tf_keras_if_chosen() -> None:
+    """With `TF_USE_LEGACY_KERAS=1`, `tf.keras` is tf_keras: it must exist.
+
+    TensorFlow reads the variable when it is imported (only these spellings
+    count), and without tf_keras fails with a message that blames Keras or
+    TensorFlow; this one names the package and the command (issue 50).
+    """
+    if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):
+        return
+    try:
+        if importlib.util.find_spec("tf_keras") is not None:
+            return
+    except ImportError:
+        pass
+    requirement = "tf_keras"
+    for distribution in ("tensorflow", "tensorflow-cpu"):
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        minor = ".".join(version.split(".")[:2])
+        requirement = f"'tf_keras~={minor}.0'"
+        break
+    raise ImportError(
+        "TF_USE_LEGACY_KERAS=1 makes tf.keras tf_keras, which is not "
+        f"installed. Install it with `pip install {requirement}` (the minor "
+        "version of your TensorFlow; in a clone of tf_lso, `pip install -e "
+        "'.[tensorflow,tfkeras]'`), or unset TF_USE_LEGACY_KERAS for Keras 3."
+    )
+
+
 def require_tensorflow() -> None:
     """Raises an ImportError naming what to install if TF/Keras are unusable."""
+    _require_tf_keras_if_chosen()
     try:
         import tensorflow as tf
     except ImportError as e:
@@ -204,24 +239,21 @@ def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
 
 # -- TensorFlow's Trackable protocol (tf_lso/_src/checkpointing.py) ---------
 # TF 2.16-2.21. Checkpoints find an object's children through these private
-# methods; TF's own DelegatingTrackableMixin (used by tf_keras's
-# LossScaleOptimizer) calls the same ones. The one accepted exception to
-# "private APIs only in compat.py": `LossScaleOptimizer` and the views in
+# methods. The one accepted exception to "private APIs only in compat.py":
+# `LossScaleOptimizer` and the views in
 # checkpointing.py *override* `_trackable_children`, `_lookup_dependency`,
 # `_deferred_dependencies` and `_create_or_restore_slot_variable`, because
 # TensorFlow's checkpointing calls them on the object itself.
 
 
 def __getattr__(name: str) -> Any:
-    """`Trackable` and `DelegatingTrackableMixin`, TensorFlow's classes.
+    """`Trackable`, TensorFlow's class.
 
-    `tf.__internal__.tracking.Trackable`, the base of checkpointable objects,
-    and `tf.__internal__.tracking.DelegatingTrackableMixin`, which hands the
-    Trackable protocol to another object (as tf_keras's own loss scale
-    optimizer does); TF 2.16-2.21. Looked up when first used, so that
-    importing this module (the version check) needs no TensorFlow.
+    `tf.__internal__.tracking.Trackable`, the base of checkpointable objects;
+    TF 2.16-2.21. Looked up when first used, so that importing this module
+    (the version check) needs no TensorFlow.
     """
-    if name in ("Trackable", "DelegatingTrackableMixin"):
+    if name == "Trackable":
         import tensorflow as tf
 
         return getattr(tf.__internal__.tracking, name)
