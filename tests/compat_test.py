@@ -4,10 +4,12 @@ Each private hook has a test here that fails when a TF/Keras release moves it.
 """
 
 import builtins
+import importlib
 import inspect
 import sys
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -55,6 +57,41 @@ def test_legacy_create_all_weights_hook():
     # Named under the optimizer's `_name`, as its apply_gradients names them.
     assert [v.name for v in optimizer.variables()] == [
         "SGD/iter:0", "SGD/w/momentum:0"]
+
+
+def test_tf_keras_files_hold_hook(tmp_path):
+    tf_keras = pytest.importorskip("tf_keras")
+
+    class Held:
+        def __init__(self):
+            self.value = np.array([1.0, 2.0], np.float32)
+
+        def save_own_variables(self, store):
+            store["0"] = self.value
+
+        def load_own_variables(self, store):
+            self.value = np.array(store["0"])
+
+    def round_trip(path):
+        model = tf_keras.Sequential([tf_keras.layers.Dense(1)])
+        model.build((None, 2))
+        model.held = Held()
+        model.save_weights(str(path))
+        model.held.value = np.zeros(2, np.float32)
+        model.load_weights(str(path))
+        return model.held.value
+
+    # tf_keras's saving visits its own classes only ...
+    np.testing.assert_array_equal(round_trip(tmp_path / "a.weights.h5"),
+                                  [0.0, 0.0])
+    compat.tf_keras_files_hold(Held)
+    # ... and then `Held` too; every other object as before.
+    np.testing.assert_array_equal(round_trip(tmp_path / "b.weights.h5"),
+                                  [1.0, 2.0])
+    saving_lib = importlib.import_module("tf_keras.src.saving.saving_lib")
+    assert saving_lib._is_keras_trackable(tf_keras.layers.Dense(1))
+    assert not saving_lib._is_keras_trackable(
+        tf_keras.optimizers.legacy.SGD())
 
 
 def test_legacy_aggregate_gradients_hook():

@@ -564,61 +564,169 @@ def test_a_tf2x_config_builds_a_tf_keras_inner(tf23):
     assert runs[0][1] == runs[1][1]
 
 
-# tf_keras's .keras files hold the state of tf_keras `Optimizer`s only: as
-# tf_keras's own class, a loss scale optimizer around a legacy one
-# (OptimizerV2) keeps its config there, not its state.
-@pytest.mark.parametrize("experimental", [True, False])
-@pytest.mark.parametrize("kind", ["tf_keras"])
-def test_keras_file_round_trip_resumes_bit_equal(tmp_path, experimental,
-                                                  kind):
-    tf_lso.install()
-    optimizers = inner_kinds.get(kind).optimizers()
-    x, y = _data()
-    y[2] = np.inf  # A skip: the scale and counter are not their initial.
+def _loss_scale_state(optimizer):
+    """The loss scale, its counter and `iterations`, of either class."""
+    num = test_util.num
+    if isinstance(optimizer, tf_lso.experimental.LossScaleOptimizer):
+        return (num(optimizer.loss_scale()),
+                num(optimizer.loss_scale._num_good_steps),
+                num(optimizer.iterations))
+    return (num(optimizer.loss_scale), num(optimizer.dynamic_counter),
+            num(optimizer.iterations))
 
-    def make():
-        if experimental:
-            return tf_lso.experimental.LossScaleOptimizer(
-                optimizers.SGD(0.05, momentum=0.5),
-                tf_lso.experimental.DynamicLossScale(8, 3))
-        return tf_lso.LossScaleOptimizer(
-            optimizers.SGD(0.05, momentum=0.5), initial_scale=8,
-            dynamic_growth_steps=3)
+
+def _inner_variables(optimizer):
+    """The inner optimizer's variables, per replica under a strategy."""
+    inner = optimizer.inner_optimizer
+    variables = (inner.variables() if callable(inner.variables)
+                 else inner.variables)
+    return [value.numpy() for variable in variables
+            for value in tf.distribute.get_strategy()
+            .experimental_local_results(variable)]
+
+
+def _resumed_from_keras_file(tmp_path, compiled, strategy=None):
+    """(uninterrupted, resumed): two epochs of `compiled()`, and one epoch,
+    a `.keras` round trip, then the second epoch; both with one step
+    skipped in the first epoch (the loss scale state is not its initial)."""
+    x, y = _data()
+    y[10] = np.inf
+    strategy = strategy or tf.distribute.get_strategy()
 
     def fit(model):
         model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
 
-    uninterrupted = _model()
-    uninterrupted.compile(make(), "mse")
+    with strategy.scope():
+        uninterrupted = compiled()
     fit(uninterrupted)
     fit(uninterrupted)
-    model = _model()
-    opt = make()
-    model.compile(opt, "mse")
+    with strategy.scope():
+        model = compiled()
     fit(model)
     path = str(tmp_path / "m.keras")
     model.save(path)
-    loaded = tf.keras.models.load_model(path)
-    assert type(loaded.optimizer) is type(opt)
-    assert loaded.optimizer.get_config() == opt.get_config()
-    state = lambda o: (float(o.loss_scale() if experimental  # noqa: E731
-                             else o.loss_scale),
-                       int(o.dynamic_counter) if not experimental
-                       else int(o.loss_scale._num_good_steps),
-                       int(o.iterations))
-    assert state(loaded.optimizer) == state(opt)
-    for got, expected in zip(loaded.optimizer.inner_optimizer.variables()
-                             if kind == "tf_keras_legacy"
-                             else loaded.optimizer.inner_optimizer.variables,
-                             opt.inner_optimizer.variables()
-                             if kind == "tf_keras_legacy"
-                             else opt.inner_optimizer.variables):
-        np.testing.assert_array_equal(got, expected)
+    with strategy.scope():
+        loaded = tf.keras.models.load_model(path)
+    assert type(loaded.optimizer) is type(model.optimizer)
+    assert loaded.optimizer.get_config() == model.optimizer.get_config()
+    assert _loss_scale_state(loaded.optimizer) == _loss_scale_state(
+        model.optimizer)
+    if not isinstance(loaded.optimizer.inner_optimizer,
+                      tf.keras.optimizers.legacy.Optimizer):
+        # (A legacy optimizer's slots are loaded when it is built, at its
+        # first step: tf_keras builds none on load.)
+        _assert_same_inner_variables(loaded, model, strategy)
     fit(loaded)
-    assert state(loaded.optimizer) == state(uninterrupted.optimizer)
-    for got, expected in zip(loaded.get_weights(),
-                             uninterrupted.get_weights()):
-        np.testing.assert_array_equal(got, expected)
+    return uninterrupted, loaded
+
+
+def _assert_same_inner_variables(model, reference, strategy):
+    with strategy.scope():
+        got = _inner_variables(model.optimizer)
+        expected = _inner_variables(reference.optimizer)
+    assert len(got) == len(expected)
+    for got_value, expected_value in zip(got, expected):
+        np.testing.assert_array_equal(got_value, expected_value)
+
+
+def _assert_resumed_bit_equal(uninterrupted, resumed, strategy=None):
+    assert _loss_scale_state(resumed.optimizer) == _loss_scale_state(
+        uninterrupted.optimizer)
+    _assert_same_inner_variables(resumed, uninterrupted,
+                                 strategy or tf.distribute.get_strategy())
+    for got_value, expected_value in zip(resumed.weights,
+                                         uninterrupted.weights):
+        np.testing.assert_array_equal(got_value, expected_value)
+
+
+@pytest.mark.parametrize("experimental", [True, False])
+@pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
+def test_keras_file_round_trip_resumes_bit_equal(tmp_path, experimental,
+                                                  kind):
+    tf_lso.install()
+    optimizers = inner_kinds.get(kind).optimizers()
+
+    def compiled():
+        model = _model()
+        if experimental:
+            model.compile(tf_lso.experimental.LossScaleOptimizer(
+                optimizers.SGD(0.05, momentum=0.5),
+                tf_lso.experimental.DynamicLossScale(8, 3)), "mse")
+        else:
+            model.compile(tf_lso.LossScaleOptimizer(
+                optimizers.SGD(0.05, momentum=0.5), initial_scale=8,
+                dynamic_growth_steps=3), "mse")
+        return model
+
+    uninterrupted, resumed = _resumed_from_keras_file(tmp_path, compiled)
+    _assert_resumed_bit_equal(uninterrupted, resumed)
+
+
+@pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
+def test_keras_file_round_trip_of_the_policy_wrap(tmp_path, kind):
+    # compile wraps the optimizer for a TF 2.1-2.3 Policy's loss scale.
+    tf_lso.install()
+    mp = tf.keras.mixed_precision.experimental
+    mp.set_policy(mp.Policy("mixed_float16",
+                            loss_scale=tf_lso.experimental.DynamicLossScale(
+                                8, 3)))
+    optimizers = inner_kinds.get(kind).optimizers()
+
+    def compiled():
+        model = _model()
+        model.compile(optimizers.SGD(0.05, momentum=0.5), "mse")
+        return model
+
+    uninterrupted, resumed = _resumed_from_keras_file(tmp_path, compiled)
+    assert isinstance(resumed.optimizer, mp.LossScaleOptimizer)
+    assert resumed.layers[0].compute_dtype == "float16"
+    _assert_resumed_bit_equal(uninterrupted, resumed)
+
+
+@pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
+def test_keras_file_round_trip_under_mirrored_strategy(tmp_path, kind):
+    # A legacy optimizer's slots are loaded at its first step, which runs
+    # on both replicas: each replica's slots must be the file's.
+    strategy = test_util.mirrored_strategy()
+    tf_lso.install()
+    optimizers = inner_kinds.get(kind).optimizers()
+
+    def compiled():
+        model = _model()
+        model.compile(tf_lso.LossScaleOptimizer(
+            optimizers.SGD(0.05, momentum=0.5), initial_scale=8,
+            dynamic_growth_steps=3), "mse")
+        return model
+
+    uninterrupted, resumed = _resumed_from_keras_file(tmp_path, compiled,
+                                                      strategy)
+    _assert_resumed_bit_equal(uninterrupted, resumed, strategy)
+
+
+def test_a_file_for_other_variables_skips_the_inner_state(tmp_path):
+    tf_lso.install()
+    optimizers = inner_kinds.get("tf_keras_legacy").optimizers()
+
+    def compiled():
+        model = _model()
+        model.compile(tf_lso.LossScaleOptimizer(
+            optimizers.SGD(0.05, momentum=0.5), initial_scale=8), "mse")
+        return model
+
+    model = compiled()
+    model.fit(*_data(), batch_size=8, shuffle=False, verbose=0)
+    path = str(tmp_path / "m.weights.h5")
+    model.save_weights(path)
+    other = compiled()
+    other.optimizer.build(other.trainable_variables[:2])  # Built for less.
+    with pytest.warns(UserWarning, match=(
+            r"^Skipping loading the inner optimizer's state of optimizer "
+            r"'\w+': the file holds 5 of its "
+            r"variables but it has 3\.$")):
+        other.load_weights(path)
+    assert int(other.optimizer.iterations) == 0
+    assert float(other.optimizer.loss_scale) == float(
+        model.optimizer.loss_scale)
 
 
 def _guarded_model(lso_class):

@@ -9,6 +9,7 @@ of them.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -170,6 +171,35 @@ def tf_keras_module() -> types.ModuleType | None:
     user imported tf_keras, so tf_lso never imports it itself.
     """
     return sys.modules.get("tf_keras")
+
+
+# The classes `tf_keras_files_hold` added to what tf_keras's saving visits.
+_TF_KERAS_FILE_CLASSES: list[type] = []
+
+
+def tf_keras_files_hold(cls: type) -> None:
+    """Makes tf_keras's `.keras` and `.weights.h5` files hold `cls`'s state.
+
+    Private hook: `tf_keras.src.saving.saving_lib._is_keras_trackable`
+    (tf_keras 2.16 to 2.21), which decides which attributes' objects its
+    saving and loading visit (calling their `save_own_variables` and
+    `load_own_variables`): its layers, its `Optimizer` (not the legacy
+    one), metrics and losses. It is replaced, once, by a test that also
+    takes instances of `cls`: what it answers for every other object stays
+    tf_keras's.
+    """
+    saving_lib: Any = importlib.import_module(
+        "tf_keras.src.saving.saving_lib")
+    if not _TF_KERAS_FILE_CLASSES:
+        is_keras_trackable = saving_lib._is_keras_trackable
+
+        def _is_keras_trackable(obj: Any) -> bool:
+            return is_keras_trackable(obj) or isinstance(
+                obj, tuple(_TF_KERAS_FILE_CLASSES))
+
+        saving_lib._is_keras_trackable = _is_keras_trackable
+    if cls not in _TF_KERAS_FILE_CLASSES:
+        _TF_KERAS_FILE_CLASSES.append(cls)
 
 
 def legacy_create_all_weights(optimizer: Any,

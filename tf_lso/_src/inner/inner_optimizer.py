@@ -21,6 +21,7 @@ import abc
 import importlib
 import pkgutil
 import typing
+import warnings
 import weakref
 
 import keras
@@ -218,6 +219,28 @@ class InnerOptimizer(abc.ABC):
     def get_weights(self) -> list[typing.Any]:
         """The values of `variables()`, as NumPy arrays."""
         return [v.numpy() for v in self.variables()]
+
+    def load_variables(self, values: list[typing.Any], owner: str) -> None:
+        """Assigns the values a Keras file holds to `variables()`, in order.
+
+        Args:
+            values: NumPy arrays, one per variable.
+            owner: The loss scale optimizer's name, for the warning.
+
+        Warns, and assigns nothing, if the number of values differs (the
+        file was written for another model).
+        """
+        variables = self.variables()
+        if len(values) != len(variables):
+            warnings.warn(
+                f"Skipping loading the inner optimizer's state of optimizer "
+                f"'{owner}': the file holds {len(values)} of its variables "
+                f"but it has {len(variables)}.",
+                stacklevel=4,
+            )
+            return
+        for variable, value in zip(variables, values):
+            variable.assign(value)
 
     def learning_rate(self) -> typing.Any:
         """The learning rate, callable with a step if it follows a schedule."""

@@ -35,7 +35,6 @@ into another object's private tracking API goes through `compat`.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING
 from typing import Any
@@ -125,6 +124,11 @@ class Layout:
         if self._inner.saved_by_keras:
             return []
         return list(self._inner.variables())
+
+    def load_inner_variables(self, values: list[Any], owner: str) -> None:
+        """Loads what `inner_file_state` saved (`InnerOptimizer.
+        load_variables`)."""
+        self._inner.load_variables(values, owner)
 
     def inner_variable_count(self) -> int:
         """How many variables the inner optimizer has."""
@@ -336,20 +340,13 @@ class LayoutCheckpointing:
                               store: MutableMapping[str, Any]) -> None:
         """Loads the variables of an inner optimizer that Keras does not
         save itself (`Layout.inner_file_state`), if the file has them."""
-        variables = layout.inner_file_state()
         count = sum(key.startswith(_INNER_VARIABLE) for key in store.keys())
         if not count:
             return  # Older files, or Keras saves the inner optimizer.
-        if count != len(variables):
-            warnings.warn(
-                f"Skipping loading the inner optimizer's state of optimizer "
-                f"'{self.name}': the file holds {count} of its variables "
-                f"but it has {len(variables)}.",
-                stacklevel=3,
-            )
-            return
-        for i, variable in enumerate(variables):
-            variable.assign(store[f"{_INNER_VARIABLE}{i}"])
+        # Copies: the file may be closed before a kind assigns them.
+        layout.load_inner_variables(
+            [np.array(store[f"{_INNER_VARIABLE}{i}"]) for i in range(count)],
+            self.name)
 
 
 def _checked(optimizer_name: str, variable: tf.Variable,

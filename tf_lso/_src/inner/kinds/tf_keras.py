@@ -23,6 +23,7 @@ import importlib
 import typing
 
 import keras
+import tensorflow as tf
 
 from tf_lso._src import compat
 from tf_lso._src.gradients import packing
@@ -98,8 +99,9 @@ def tf_keras_wrapper_class(wrapper: type, legacy: bool) -> type:
     does is `wrapper`'s: it adds no behaviour.
     tf_keras's `compile` then keeps the optimizer, `isinstance` of the
     class the user named holds, `get_config()` and serialization are the
-    user's optimizer's, and tf_keras's `.keras` files save it (around a new
-    tf_keras optimizer: tf_keras saves `Optimizer`s only).
+    user's optimizer's, and tf_keras's `.keras` files save it (tf_keras
+    saves its `Optimizer`s only: the legacy one is added,
+    `compat.tf_keras_files_hold`).
     """
     made_from = vars(wrapper).get("_tf_keras_made_from")
     if made_from is not None:  # Made here: the class it was made from.
@@ -131,6 +133,9 @@ def tf_keras_wrapper_class(wrapper: type, legacy: bool) -> type:
         # What tf_keras's HDF5 loading calls on a legacy optimizer.
         namespace["_create_all_weights"] = _create_all_weights
     variant = meta(name, (wrapper, keras_first, *tf_keras_bases), namespace)
+    if legacy:
+        # tf_keras's own `.keras` files hold no legacy optimizer's state.
+        compat.tf_keras_files_hold(variant)
     order = variant.__mro__
     tf_keras_block = [c for c in order
                       if c.__module__.split(".")[0] == "tf_keras"]
@@ -258,8 +263,30 @@ class TfKerasLegacyInner(TfKerasKind):
     def wrapper_class(cls, wrapper: type) -> type:
         return tf_keras_wrapper_class(wrapper, legacy=True)
 
+    def __init__(self, optimizer: typing.Any) -> None:
+        super().__init__(optimizer)
+        self._built = False
+        # What a Keras file held, until the optimizer is built.
+        self._loaded: tuple[list[typing.Any], str] | None = None
+
     def build(self, var_list: list) -> None:
         compat.legacy_create_all_weights(self.optimizer, var_list)
+        self._built = True
+        loaded, self._loaded = self._loaded, None
+        if loaded is not None:
+            with tf.init_scope():  # Once, not in every step of a graph.
+                super().load_variables(*loaded)
+
+    def load_variables(self, values: list[typing.Any], owner: str) -> None:
+        # tf_keras's `load_model` builds tf_keras `Optimizer`s only, and an
+        # OptimizerV2 creates its slots at its first step: their values
+        # wait for it (as a tf.train.Checkpoint's slot values do). Its step
+        # counter, always its first variable, is loaded now.
+        if self._built:
+            super().load_variables(values, owner)
+        else:
+            self.set_iterations(values[0])
+            self._loaded = (values, owner)
 
     def check_variables(self, var_list: list) -> None:
         del var_list  # OptimizerV2 updates any variable.
