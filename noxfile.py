@@ -4,11 +4,12 @@
                    # TensorFlow, the packages as installed, then the oldest
                    # and the newest pair, on both routes (the README's test
                    # command)
-    nox -s tests   # every pair of the matrix
+    nox -s tests   # every pair of the matrix, on both routes
     nox -s lint    # ruff (configured in ruff.toml)
     nox -s typecheck  # mypy (configured in pyproject.toml), no TensorFlow
     nox -s checker # `python -m tf_lso check` and its tests, no TensorFlow
     nox -s legacy_keras  # the legacy-Keras route (TF_USE_LEGACY_KERAS=1)
+                         # alone
     nox -s package # wheel + sdist, twine check, a clean install's smoke test
     nox -s "tests(tf2.18.1-keras3.8.0)"   # one pair; `-- -k name` picks tests
     nox -s older_pythons   # the oldest pair on Python 3.9 and 3.10 (needs
@@ -30,8 +31,7 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "typecheck", "checker", "package", "tests",
-                        "legacy_keras"]
+nox.options.sessions = ["lint", "typecheck", "checker", "package", "tests"]
 RUFF = "ruff==0.16.9"
 MYPY = "mypy==2.4.1"
 
@@ -168,29 +168,40 @@ def package(session):
     ],
 )
 def tests(session, tensorflow, keras, tf_keras):
-    """Runs the whole test suite on one TensorFlow/Keras pair."""
+    """Runs the whole test suite on one TensorFlow/Keras pair, then the
+    legacy-Keras route's tests in the same virtualenv."""
     _run_suite(session, tensorflow, keras, tf_keras)
+    _run_legacy_keras(session)
 
 
 # The legacy-Keras route: `TF_USE_LEGACY_KERAS=1` before TensorFlow starts,
 # so `tf.keras` is tf_keras 2.x (elsewhere these tests skip).
 LEGACY_KERAS_TESTS = ("tests/legacy_keras_route_test.py",)
 
+# Two pytest processes (pytest-xdist), a test file each at a time: the CI
+# machine's two cores. Each process sets up its own two logical CPUs and
+# its one MirroredStrategy (tests/conftest.py, tests/test_util.py).
+PARALLEL = ("-n", "2", "--dist", "loadfile")
+
 
 @nox.session(python="3.11")
 @nox.parametrize(
     ("tensorflow", "keras", "tf_keras"),
     [
-        nox.param(tf, keras, tf_keras, id=f"tf{tf}-keras{keras}",
-                  tags=tags)
-        for tf, keras, tf_keras, tags in MATRIX
+        nox.param(tf, keras, tf_keras, id=f"tf{tf}-keras{keras}")
+        for tf, keras, tf_keras, _ in MATRIX
     ],
 )
 def legacy_keras(session, tensorflow, keras, tf_keras):
-    """The legacy-Keras route's tests on one pair, with TF_USE_LEGACY_KERAS=1."""
+    """The legacy-Keras route's tests alone, on one pair."""
     _install(session, tensorflow, keras, tf_keras)
-    session.run("python", "-m", "pytest", "-q", *LEGACY_KERAS_TESTS,
-                *session.posargs, env={"TF_USE_LEGACY_KERAS": "1"})
+    _run_legacy_keras(session)
+
+
+def _run_legacy_keras(session):
+    session.run("python", "-m", "pytest", "-q", *PARALLEL,
+                *LEGACY_KERAS_TESTS, *session.posargs,
+                env={"TF_USE_LEGACY_KERAS": "1"})
 
 
 @nox.session(python=["3.9", "3.10"])
@@ -207,7 +218,8 @@ def older_pythons(session):
 def _run_suite(session, tensorflow, keras, tf_keras):
     """Installs one pair, then runs tests/ (`-- args` go to pytest)."""
     _install(session, tensorflow, keras, tf_keras)
-    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", *PARALLEL, "tests",
+                *session.posargs)
 
 
 CANDIDATE_SHAPES = ("10 independent vars", "MLP 100 layers x 32 (200 vars)",

@@ -53,6 +53,9 @@ setuptools.setup(
             "absl-py",
             "hypothesis",
             "pytest",
+            # The suite in two processes (noxfile.py's PARALLEL): about half
+            # the time on the CI machine's two cores.
+            "pytest-xdist",
             "tensorboard",
             "tf-keras>=2.16,<2.22",
             "libcst>=1.1",
