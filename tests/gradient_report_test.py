@@ -123,6 +123,26 @@ class GradientReportTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(report.headroom, [20.0])  # 65504 / 2**-5.
         self.assertEqual(report.variables, ("0",))
 
+    @parameterized.parameters("eager", "tf_function", "jit")
+    def test_a_nonfinite_gradient_has_no_headroom(self, mode):
+        # A NaN element, as an Inf one, leaves no headroom: -inf, also for
+        # the step's minimum (a step the optimizer skips).
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(),
+                                        initial_scale=1024)
+
+        def report(grads):
+            result = opt.gradient_report(grads)
+            return result.headroom, result.min_headroom
+
+        if mode != "eager":
+            report = tf.function(report, jit_compile=mode == "jit")
+        headroom, min_headroom = report([
+            tf.constant([np.nan, 1.0]), tf.constant([np.inf, 1.0]),
+            tf.constant([1e-3]), None])
+        # 65504 / (1e-3 * 1024) is 2**15.97; a None gradient has NaN.
+        self.assertAllEqual(headroom, [-np.inf, -np.inf, 15.0, np.nan])
+        self.assertEqual(float(min_headroom), -np.inf)
+
     def test_totals(self):
         grads = _known_grads()
         opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(),

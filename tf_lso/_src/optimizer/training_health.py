@@ -619,7 +619,8 @@ class GradientReport(collections.namedtuple(
         headroom: How many times the largest element can still double
             before it passes float16's maximum (65504):
             `floor(log2(65504 / max|g * scale|))`; negative if it is past
-            it already, `inf` for an all-zero gradient.
+            it already, `-inf` if the gradient holds an Inf or a NaN (it
+            overflowed), `inf` for an all-zero gradient.
         size: The number of elements the shares are over.
 
     Eagerly the per-variable fields are NumPy arrays; inside a
@@ -689,7 +690,11 @@ def gradient_statistics(
             tf.cast(tf.equal(magnitude_bits, 0), tf.float32), 1)
         below = tf.reduce_sum(
             tf.cast(magnitude_bits < _FLOAT16_MIN_NORMAL_BITS, tf.float32), 1)
-        largest = tf.reduce_max(tf.abs(product), axis=1)
+        # An Inf or a NaN leaves no headroom (the step overflowed): inf,
+        # whether or not the maximum passes a NaN on.
+        largest = tf.where(
+            tf.reduce_all(tf.math.is_finite(product), axis=1),
+            tf.reduce_max(tf.abs(product), axis=1), float("inf"))
         return tf.stack([zero / count, below / count, largest,
                          tf.fill(tf.shape(largest), count)], axis=1)
 
