@@ -178,10 +178,11 @@ def tests(session, tensorflow, keras, tf_keras):
 # so `tf.keras` is tf_keras 2.x (elsewhere these tests skip).
 LEGACY_KERAS_TESTS = ("tests/legacy_keras_route_test.py",)
 
-# Two pytest processes (pytest-xdist), a test file each at a time: the CI
-# machine's two cores. Each process sets up its own two logical CPUs and
-# its one MirroredStrategy (tests/conftest.py, tests/test_util.py).
-PARALLEL = ("-n", "2", "--dist", "loadfile")
+# Two pytest processes (pytest-xdist), which take tests from each other's
+# queue when theirs runs out: the CI machine's two cores. Each process sets
+# up its own two logical CPUs and its one MirroredStrategy
+# (tests/conftest.py, tests/test_util.py).
+PARALLEL = ("-n", "2", "--dist", "worksteal")
 
 
 @nox.session(python="3.11")

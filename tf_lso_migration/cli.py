@@ -102,10 +102,10 @@ def main(argv: Sequence[str] | None = None,
         "set in the environment, only what is below that level is hidden "
         "(0: nothing; 1: notices; 2: warnings too), also the start-up "
         "lines TensorFlow prints whatever the level. What TensorFlow logs "
-        "while the script runs is shown as with `python script.py` (on a "
-        "CPU without AVX-512, a float16 script's first op logs an "
-        "error-level oneDNN notice about DT_HALF: TF_CPP_MIN_LOG_LEVEL=3 "
-        "hides it).", 79),
+        "while the script runs is shown as with `python script.py` (on "
+        "most CPUs, a float16 script's first op logs an error-level "
+        "oneDNN notice about DT_HALF: TF_CPP_MIN_LOG_LEVEL=3 hides it).",
+        79),
         epilog=f"example:\n  {_RUN_EXAMPLE.format(prog=prog)}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
