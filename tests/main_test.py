@@ -244,6 +244,11 @@ def test_run_shows_the_script_not_tensorflows_start_up_log(tmp_path):
     assert 'File "script.py", line 13, in <module>' in done.stderr
     assert done.stderr.endswith(
         "RuntimeError: the script's own error\n"), done.stderr
+    # The traceback is the script's, as `python script.py` shows it: no
+    # frame of tf_lso's command line or of runpy above it.
+    traceback = done.stderr[done.stderr.index("Traceback"):]
+    assert re.findall(r'^  File "([^"]*)"', traceback, re.M) == [
+        "script.py"], traceback
 
     # TF_CPP_MIN_LOG_LEVEL set by the user: TensorFlow logs as it says.
     done = subprocess.run([sys.executable, "-m", "tf_lso", "run", "script.py"],

@@ -28,6 +28,7 @@ import runpy
 import sys
 import tempfile
 import textwrap
+import traceback
 from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import NoReturn
@@ -206,7 +207,17 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     sys.argv = [args.script] + args.args
     # As `python SCRIPT.py` would: the script's directory comes first.
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
-    runpy.run_path(args.script, run_name="__main__")
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except Exception as error:
+        # As `python SCRIPT.py` shows it: from the script's first frame
+        # (none for a syntax error), not from `run`'s and runpy's.
+        frames = error.__traceback__
+        while frames is not None and (
+                frames.tb_frame.f_code.co_filename != args.script):
+            frames = frames.tb_next
+        traceback.print_exception(type(error), error, frames)
+        return 1
     return 0
 
 
