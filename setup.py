@@ -53,8 +53,8 @@ setuptools.setup(
             "absl-py",
             "hypothesis",
             "pytest",
-            # The suite in two processes (noxfile.py's PARALLEL): about half
-            # the time on the CI machine's two cores.
+            # The suite in two processes on the CI machine's two cores
+            # (noxfile.py's PARALLEL).
             "pytest-xdist",
             "tensorboard",
             "tf-keras>=2.16,<2.22",
