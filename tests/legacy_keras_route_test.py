@@ -575,14 +575,13 @@ def _loss_scale_state(optimizer):
             num(optimizer.iterations))
 
 
-def _inner_variables(optimizer):
-    """The inner optimizer's variables, per replica under a strategy."""
+def _inner_variables(optimizer, strategy):
+    """The inner optimizer's variables, per replica of `strategy`."""
     inner = optimizer.inner_optimizer
     variables = (inner.variables() if callable(inner.variables)
                  else inner.variables)
     return [value.numpy() for variable in variables
-            for value in tf.distribute.get_strategy()
-            .experimental_local_results(variable)]
+            for value in strategy.experimental_local_results(variable)]
 
 
 def _resumed_from_keras_file(tmp_path, compiled, strategy=None):
@@ -621,9 +620,8 @@ def _resumed_from_keras_file(tmp_path, compiled, strategy=None):
 
 
 def _assert_same_inner_variables(model, reference, strategy):
-    with strategy.scope():
-        got = _inner_variables(model.optimizer)
-        expected = _inner_variables(reference.optimizer)
+    got = _inner_variables(model.optimizer, strategy)
+    expected = _inner_variables(reference.optimizer, strategy)
     assert len(got) == len(expected)
     for got_value, expected_value in zip(got, expected):
         np.testing.assert_array_equal(got_value, expected_value)
