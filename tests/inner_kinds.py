@@ -1,11 +1,11 @@
 """The kinds of inner optimizer the tests run with: one table.
 
-Each row is one kind that `inner_optimizer.kinds()` registers: the name the
-tests give it (in test names and parameters), its class, and how to make an
-optimizer of it. Tests parametrised by kind take their kinds from here
-(`NAMES`, or some of them by name) and make optimizers with `make`/`sgd`.
-`inner_optimizer_test.test_the_kinds_table_is_the_registry` fails when a
-kind is registered that the table lacks, or the other way round.
+Each row is one kind of `wrapping.KINDS`: the name the tests give it (in
+test names and parameters), its class, and how to make an optimizer of it.
+Tests parametrised by kind take their kinds from here (`NAMES`, or some of
+them by name) and make optimizers with `make`/`sgd`.
+`inner_optimizer_test.test_the_kinds_table_is_the_registry` fails when
+`wrapping.KINDS` has a kind that the table lacks, or the other way round.
 """
 
 import dataclasses

@@ -1,7 +1,6 @@
 """Tests for tf_lso._src.inner.inner_optimizer and its kinds: what can be wrapped."""
 
 import abc
-import contextlib
 import pathlib
 from unittest import mock
 
@@ -12,6 +11,7 @@ from absl.testing import parameterized
 
 import tf_lso
 from tf_lso._src.inner import inner_optimizer as inner_lib
+from tf_lso._src.inner import wrapping
 from tf_lso._src.inner.kinds import keras_optimizer
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import tensor_like
@@ -32,7 +32,7 @@ class InterfaceTest(tf.test.TestCase, parameterized.TestCase):
                      tensor_like.TensorLike):
             self.assertIsInstance(base, abc.ABCMeta)
             self.assertTrue(base.__abstractmethods__, base)
-        for kind in inner_lib.kinds():
+        for kind in wrapping.KINDS:
             self.assertFalse(kind.__abstractmethods__, kind)
 
     @parameterized.named_parameters(
@@ -40,7 +40,7 @@ class InterfaceTest(tf.test.TestCase, parameterized.TestCase):
     )
     def test_each_kind_holds_its_optimizer(self, make, kind):
         optimizer = make()
-        inner = inner_lib.wrap(optimizer, "inner_optimizer")
+        inner = wrapping.wrap(optimizer, "inner_optimizer")
         self.assertIsInstance(inner, kind)
         self.assertIs(inner.optimizer, optimizer)
         self.assertIn("learning_rate", inner.hyperparameter_names())
@@ -354,14 +354,14 @@ class ToyKind(inner_lib.InnerOptimizer):
 def test_every_kind_has_a_row_in_the_architecture_page():
     page = (pathlib.Path(__file__).parents[1] / "docs"
             / "architecture.md").read_text()
-    for kind in inner_lib.kinds():
+    for kind in wrapping.KINDS:
         module = kind.__module__.replace("tf_lso._src.", "").replace(".", "/")
         assert f"| `{kind.__name__}` | `{module}.py` |" in page, kind
 
 
 def test_the_kinds_table_is_the_registry():
     # tests/inner_kinds.py is the one list of kinds the tests run with.
-    registered = set(inner_lib.kinds())
+    registered = set(wrapping.KINDS)
     tabled = [row.kind for row in inner_kinds.KINDS]
     assert len(tabled) == len(set(tabled)), tabled
     assert registered - set(tabled) == set(), "registered, not in the table"
@@ -373,10 +373,7 @@ class FancySGD(keras.optimizers.SGD):
 
 
 class FancyKind(keras_optimizer.KerasInner):
-    """A kind for a subclass of a kind's optimizers: it says it wins."""
-
-    more_specific_than = (keras_optimizer.KerasInner,)
-    reads_other_configs = False  # KerasInner is the last resort.
+    """A kind for a subclass of a kind's optimizers: listed before it."""
 
     @classmethod
     def accepts(cls, optimizer):
@@ -391,38 +388,21 @@ class FancyKind(keras_optimizer.KerasInner):
         return FancySGD.from_config(config["config"])
 
 
-class RivalKind(FancyKind):
-    """Takes FancySGD too, but declares nothing about FancyKind."""
+def _kinds(kinds):
+    """`wrapping.KINDS` is `kinds` in the block."""
+    return mock.patch.object(wrapping, "KINDS", tuple(kinds))
 
 
-@contextlib.contextmanager
-def _registry_as_it_was():
-    """Restores the registry (its order included) after the block."""
-    inner_lib.kinds()  # The built-in kinds are registered.
-    with mock.patch.object(inner_lib, "_kinds", list(inner_lib._kinds)), \
-            mock.patch.object(inner_lib, "_ordered", None):
-        yield
+class PrecedenceTest(tf.test.TestCase):
+    """The first kind in `wrapping.KINDS` that takes an optimizer wins."""
 
-
-class PrecedenceTest(tf.test.TestCase, parameterized.TestCase):
-    """The most specific kind wins, whatever the order or the names."""
-
-    @parameterized.named_parameters(
-        ("registered_after", False), ("registered_before", True))
-    def test_a_kind_for_a_subclass_wins(self, before_keras_inner):
-        with _registry_as_it_was():
-            if before_keras_inner:
-                # As if its module's name sorted before keras_optimizer.py.
-                inner_lib.unregister(keras_optimizer.KerasInner)
-                inner_lib.register(FancyKind)
-                inner_lib.register(keras_optimizer.KerasInner)
-            else:
-                inner_lib.register(FancyKind)
-            order = inner_lib.kinds()
+    def test_a_kind_for_a_subclass_wins(self):
+        with _kinds((FancyKind, *wrapping.KINDS)):
+            order = wrapping.KINDS
             self.assertLess(order.index(FancyKind),
                             order.index(keras_optimizer.KerasInner))
-            self.assertIs(inner_lib.kind_of(FancySGD()), FancyKind)
-            self.assertIs(inner_lib.kind_of(keras.optimizers.SGD()),
+            self.assertIs(wrapping.kind_of(FancySGD()), FancyKind)
+            self.assertIs(wrapping.kind_of(keras.optimizers.SGD()),
                           keras_optimizer.KerasInner)
             opt = tf_lso.LossScaleOptimizer(FancySGD(0.5))
             self.assertIsInstance(opt._inner, FancyKind)
@@ -435,59 +415,20 @@ class PrecedenceTest(tf.test.TestCase, parameterized.TestCase):
                 tf_lso.LossScaleOptimizer(keras.optimizers.SGD()).get_config())
             self.assertIsInstance(plain._inner, keras_optimizer.KerasInner)
 
-    def test_two_unordered_kinds_that_take_one_optimizer_are_an_error(self):
-        with _registry_as_it_was():
-            inner_lib.register(FancyKind)
-            inner_lib.register(RivalKind)
-            with self.assertRaisesRegex(
-                    TypeError, "FancyKind and RivalKind all take the optimizer "
-                    ".*none is more specific"):
-                tf_lso.LossScaleOptimizer(FancySGD())
-            with self.assertRaisesRegex(
-                    TypeError, "FancyKind and RivalKind all take the config"):
-                inner_lib.deserialize({"class_name": "FancySGD",
-                                       "config": {}})
-            # One optimizer neither takes is still wrapped.
-            tf_lso.LossScaleOptimizer(keras.optimizers.SGD())
-
-    def test_a_kind_more_specific_than_itself_is_refused(self):
-        class Loop(FancyKind):
-            pass
-
-        class Other(FancyKind):
-            more_specific_than = (Loop,)
-
-        Loop.more_specific_than = (Other,)
-        with _registry_as_it_was():
-            with self.assertRaisesRegex(TypeError, "more specific than itself"):
-                inner_lib.register(Loop)
-            with self.assertRaisesRegex(TypeError, "InnerOptimizer subclasses"):
-                inner_lib.register(type("Bad", (FancyKind,), {
-                    "more_specific_than": (keras.optimizers.SGD,)}))
-            self.assertNotIn(Loop, inner_lib.kinds())
-
-    def test_only_one_kind_reads_other_configs(self):
-        with _registry_as_it_was():
-            with self.assertRaisesRegex(TypeError, "at most one kind"):
-                inner_lib.register(type("Greedy", (FancyKind,), {
-                    "reads_other_configs": True}))
-
 
 class NewKindTest(tf.test.TestCase, parameterized.TestCase):
-    """A kind registered from outside: one class, nothing else to touch."""
+    """A kind added to `wrapping.KINDS`: one class, nothing else to touch."""
 
     def setUp(self):
         super().setUp()
-        inner_lib.register(ToyKind)
-        self.addCleanup(inner_lib.unregister, ToyKind)
+        kinds = _kinds((*wrapping.KINDS, ToyKind))
+        kinds.start()
+        self.addCleanup(kinds.stop)
 
     def test_unregistered_it_is_refused_and_registered_it_is_listed(self):
-        inner_lib.unregister(ToyKind)
-        try:
+        with _kinds(wrapping.KINDS[:-1]):
             with self.assertRaisesRegex(TypeError, "must be an instance of"):
                 tf_lso.LossScaleOptimizer(ToyOptimizer(0.5))
-        finally:
-            inner_lib.register(ToyKind)
         with self.assertRaisesRegex(TypeError, r"legacy optimizer\) or "
                                     r"ToyKind, but got: 1 of type int"):
             tf_lso.LossScaleOptimizer(1)

@@ -1,7 +1,8 @@
 """Inner optimizers: the optimizer a loss scale optimizer wraps.
 
-`inner_optimizer` is the interface, the registry of kinds and the learning
-rate as a tensor when it follows a schedule (`ScheduledLearningRate`); each
-kind is one module in `kinds/`. `forwarding` reads and writes the inner
-optimizer's attributes through the wrapper.
+`inner_optimizer` is the interface and the learning rate as a tensor when
+it follows a schedule (`ScheduledLearningRate`); each kind is one module in
+`kinds/`; `wrapping` lists the kinds and wraps an optimizer in its kind.
+`forwarding` reads and writes the inner optimizer's attributes through the
+wrapper.
 """

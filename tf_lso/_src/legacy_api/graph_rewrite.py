@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 from tf_lso._src import compat
-from tf_lso._src.inner import inner_optimizer as inner_lib
+from tf_lso._src.inner import wrapping
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 
 # TensorFlow's own function (TF1-style optimizers), as it was at import:
@@ -59,7 +59,7 @@ def enable_mixed_precision_graph_rewrite(
     if isinstance(opt, tf.compat.v1.train.Optimizer):
         return _TF_ENABLE(opt, loss_scale)
     _check_no_mixed_policy()
-    if inner_lib.is_loss_scale_optimizer(opt):
+    if wrapping.is_loss_scale_optimizer(opt):
         raise ValueError(
             '"opt" must not already be an instance of a LossScaleOptimizer. '
             "`enable_mixed_precision_graph_rewrite` will automatically wrap "
@@ -67,13 +67,13 @@ def enable_mixed_precision_graph_rewrite(
             "Pass its inner optimizer (`opt.inner_optimizer`), or use the "
             "loss scale optimizer without the graph rewrite."
         )
-    if not inner_lib.is_supported(opt):
+    if not wrapping.is_supported(opt):
         # TF's wording first (code matches it), then what tf_lso takes.
         raise ValueError(
             '"opt" must be an instance of a tf.train.Optimizer or a '
             f"tf.keras.optimizers.Optimizer, but got: {opt!r}. It hands a "
             "`tf.compat.v1.train.Optimizer` to TensorFlow's own function, "
-            f"and wraps {inner_lib.describe_kinds()}."
+            f"and wraps {wrapping.describe_kinds()}."
         )
     wrapped = v1.LossScaleOptimizerV1(opt, loss_scale)
     tf.config.optimizer.set_experimental_options({_PASS: True})

@@ -27,7 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from tf_lso._src import compat
-from tf_lso._src.inner import inner_optimizer as inner_lib
+from tf_lso._src.inner import wrapping
+from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 from tf_lso._src.optimizer import loss_scale_optimizer as v2
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
@@ -51,7 +52,8 @@ def compile_optimizer(model: Any, optimizer: Any, policy: Any = None) -> Any:
             a tf_keras model cannot train.
     """
     if isinstance(optimizer, v2.LossScaleOptimizer):
-        if not _is_tf_keras_kind(inner_lib.kind_of(optimizer.inner_optimizer)):
+        kind = wrapping.kind_of(optimizer.inner_optimizer)
+        if kind is None or not issubclass(kind, tf_keras_kinds.TfKerasKind):
             inner = type(optimizer.inner_optimizer)
             raise TypeError(
                 "A tf_keras model (tf.keras is tf_keras here: "
@@ -87,13 +89,4 @@ def compile_optimizer(model: Any, optimizer: Any, policy: Any = None) -> Any:
         # Each model its own loss scale state (TF 2.1-2.3 shared one).
         loss_scale = type(loss_scale).from_config(loss_scale.get_config())
     return v1.LossScaleOptimizerV1(optimizer, loss_scale)
-
-
-def _is_tf_keras_kind(kind: type | None) -> bool:
-    # Imported here: the kinds' modules register their kinds when imported,
-    # and `inner_optimizer.kinds()` imports them first, in a set order
-    # (which the messages that list kinds follow).
-    from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
-
-    return kind is not None and issubclass(kind, tf_keras_kinds.TfKerasKind)
 

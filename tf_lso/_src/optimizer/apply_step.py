@@ -36,6 +36,7 @@ import tensorflow as tf
 from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
 from tf_lso._src.inner import inner_optimizer as inner_lib
+from tf_lso._src.inner import wrapping
 from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
@@ -125,7 +126,7 @@ class ApplyStep(tf.Module):
         # 1. Validate.
         replicas.check_replica_context("apply_gradients")
         replicas.check_strategy_supported()
-        self._inner.check_graph()
+        wrapping.check_graph(self._inner)
         packing.check_grads_and_vars(grads, var_list)
         # 2. Build.
         replicas.create_variables(self._inner.build, var_list)

@@ -14,7 +14,7 @@ from typing import Any
 import keras
 
 from tf_lso._src.gradients import replicas
-from tf_lso._src.inner import inner_optimizer as inner_lib
+from tf_lso._src.inner import wrapping
 from tf_lso._src.optimizer import config as optimizer_config
 from tf_lso._src.optimizer import loss_scale_optimizer as lso_lib
 from tf_lso._src.optimizer import settings as settings_lib
@@ -134,7 +134,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         # The arguments of `_tf23_arguments`, checked there, so that a call
         # that does not fit them names the public class.
         arguments = _arguments(args, kwargs)
-        inner = inner_lib.wrap(arguments["optimizer"], "optimizer")
+        inner = wrapping.wrap(arguments["optimizer"], "optimizer")
         replicas.check_strategy_supported()
         self._init_wrapper(inner, _to_loss_scale(arguments["loss_scale"]),
                            arguments["name"],
@@ -190,7 +190,7 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         """
         read_config = optimizer_config.read(config, cls.__name__,
                                             custom_objects)
-        optimizer = inner_lib.deserialize(read_config.inner_optimizer,
+        optimizer = wrapping.deserialize(read_config.inner_optimizer,
                                           custom_objects)
         # Keywords, so that subclasses forwarding **kwargs round-trip.
         return cls(optimizer=optimizer,

@@ -16,6 +16,7 @@ from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
 from tf_lso._src.inner import forwarding
 from tf_lso._src.inner import inner_optimizer as inner_lib
+from tf_lso._src.inner import wrapping
 from tf_lso._src.optimizer import apply_step
 from tf_lso._src.optimizer import checkpointing
 from tf_lso._src.optimizer import config as optimizer_config
@@ -104,10 +105,10 @@ class LossScaleOptimizer(
 
     def __new__(cls, *args: Any, **kwargs: Any) -> LossScaleOptimizer:
         # Around a tf_keras optimizer: an instance of a subclass that is
-        # also a tf_keras loss scale optimizer (inner_lib.wrapper_class).
+        # also a tf_keras loss scale optimizer (wrapping.wrapper_class).
         inner = args[0] if args else kwargs.get(
             "inner_optimizer", kwargs.get("optimizer"))
-        return super().__new__(inner_lib.wrapper_class(cls, inner))
+        return super().__new__(wrapping.wrapper_class(cls, inner))
 
     def __init__(
         self,
@@ -122,7 +123,7 @@ class LossScaleOptimizer(
         stop_on_nonfinite_loss: bool = False,
         **kwargs: Any,
     ) -> None:
-        inner = inner_lib.wrap(inner_optimizer, "inner_optimizer")
+        inner = wrapping.wrap(inner_optimizer, "inner_optimizer")
         settings_lib.check_dynamic(dynamic)  # Before the strategy check.
         settings_lib.check_keras_keywords(kwargs)
         replicas.check_strategy_supported()
@@ -157,7 +158,7 @@ class LossScaleOptimizer(
                                           self._seen_losses, self._handed_out)
         self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
         forwarding.start_forwarding(self, inner)
-        inner_lib.claim(inner)
+        wrapping.claim(inner)
         training_health.warn_if_bfloat16_policy(self.dynamic)
 
     def __repr__(self) -> str:
@@ -634,7 +635,7 @@ class LossScaleOptimizer(
                 equivalent.
         """
         config = optimizer_config.upgrade_legacy_config(config, cls.__name__)
-        inner_optimizer = inner_lib.deserialize(
+        inner_optimizer = wrapping.deserialize(
             config.pop(optimizer_config.TF24_KEYS[0]), custom_objects
         )
         # Keywords, so that a subclass whose __init__ takes **kwargs and

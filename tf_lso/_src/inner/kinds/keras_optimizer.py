@@ -1,8 +1,8 @@
 """The Keras 3 kind: `keras.optimizers.Optimizer` (`tf.keras` on TF 2.16+).
 
 It also restores TF 2.x checkpoints (`tf2_dependency`, `tf2_slot`: TF 2.x
-checkpoint names on a Keras 3 optimizer) and reads TF 2.x optimizer configs,
-and it is the kind of last resort for configs.
+checkpoint names on a Keras 3 optimizer) and reads TF 2.x optimizer configs:
+`wrapping.deserialize` gives it every config that no kind reads.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from tf_lso._src.gradients import replicas
 from tf_lso._src.inner import inner_optimizer
 
 
-@inner_optimizer.register
 class KerasInner(inner_optimizer.InnerOptimizer):
     """A Keras 3 optimizer.
 
@@ -28,7 +27,6 @@ class KerasInner(inner_optimizer.InnerOptimizer):
 
     optimizer_class = "`tf.keras.optimizers.Optimizer`"
     noun = "a Keras 3 optimizer"
-    reads_other_configs = True
     saved_by_keras = True
 
     def __init__(self, optimizer: typing.Any) -> None:

@@ -198,7 +198,6 @@ def _tf_keras_optimizers() -> typing.Any:
     return None if tf_keras is None else tf_keras.optimizers
 
 
-@inner_optimizer.register
 class TfKerasInner(TfKerasKind):
     """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
 
@@ -241,7 +240,6 @@ class TfKerasInner(TfKerasKind):
         )
 
 
-@inner_optimizer.register
 class TfKerasLegacyInner(TfKerasKind):
     """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
 
