@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 from absl.testing import parameterized
 
-from tf_lso._src.inner import inner_optimizer
+from tf_lso._src.inner import wrapping
 from tf_lso._src.optimizer import apply_step
 from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
@@ -20,7 +20,7 @@ INF = float("inf")
 
 
 def _step(loss_scale):
-    inner = inner_optimizer.wrap(keras.optimizers.SGD(1.0, momentum=0.5),
+    inner = wrapping.wrap(keras.optimizers.SGD(1.0, momentum=0.5),
                                  "inner_optimizer")
     var = tf.Variable([1.0, 2.0])
     inner.build([var])
@@ -34,7 +34,7 @@ class ApplyStepTest(tf.test.TestCase, parameterized.TestCase):
         loss_scale = loss_scale_lib.DynamicLossScale(8.0, increment_period=1)
         step, inner, var = _step(loss_scale)
         def run(grad):
-            step([grad], [var], None, True)
+            step([grad], [var])
 
         if use_tf_function:
             run = tf.function(run)
@@ -52,7 +52,7 @@ class ApplyStepTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_fixed_scale_never_skips(self):
         step, inner, var = _step(loss_scale_lib.FixedLossScale(4.0))
-        step([tf.constant([INF, 1.0])], [var], None, True)
+        step([tf.constant([INF, 1.0])], [var])
         self.assertEqual(float(var[0]), -INF)
         self.assertEqual(int(step.skipped_steps), 0)
         self.assertEqual(int(inner.iterations), 1)
@@ -70,14 +70,14 @@ class ApplyStepTest(tf.test.TestCase, parameterized.TestCase):
         loss_scale = loss_scale_lib.DynamicLossScale(8.0, increment_period=1)
         sgd = test_util.tf_keras.optimizers.legacy.SGD(
             1.0, gradient_aggregator=aggregator)
-        inner = inner_optimizer.wrap(sgd, "inner_optimizer")
+        inner = wrapping.wrap(sgd, "inner_optimizer")
         var = tf.Variable([1.0, 2.0])
         inner.build([var])
         step = apply_step.ApplyStep(inner, loss_scale,
                                     training_health.OverflowRecord())
 
         def run():
-            step([tf.constant([1.0, 1.0])], [var], None, True)
+            step([tf.constant([1.0, 1.0])], [var])
 
         if use_tf_function:
             run = tf.function(run)
@@ -115,7 +115,7 @@ def _runner(loss_scale, use_tf_function):
     (a `tf.function` if asked), and the variable it trains."""
     step, _, var = _step(loss_scale)
     run = test_util.maybe_function(
-        lambda grad: step([grad], [var], None, True), use_tf_function)
+        lambda grad: step([grad], [var]), use_tf_function)
     return step, run, var
 
 

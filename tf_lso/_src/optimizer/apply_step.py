@@ -26,6 +26,7 @@ one and the overflow record is updated.
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -41,23 +42,54 @@ from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 
-class Decision(typing.NamedTuple):
-    """What steps 5 and 6 decided.
+class Window(typing.NamedTuple):
+    """With gradient accumulation: where one call stands in its window.
+
+    Attributes:
+        first_overflow: A bool tensor: this call is the window's first
+            non-finite one (the window is dropped: the skip is counted now).
+        ends: A bool tensor: this call ends the window.
+    """
+
+    first_overflow: tf.Tensor
+    ends: tf.Tensor
+
+
+class Verdict(typing.NamedTuple):
+    """What steps 5 and 6 decided: one per step, read by step 7.
 
     Attributes:
         update_op: The loss scale's update op in a graph (None eagerly).
         should_apply: A bool tensor, or a Python bool known while tracing.
         checked: The `packing.Packed` gradients that were checked (with
-            accumulation: the window's sums), for the skip's record.
-        window: With accumulation, the two bool tensors the skip needs
-            (whether this call is the window's first non-finite one, and
-            whether it ends the window); else `()`.
+            accumulation: the window's sums), for a skipped step's record.
+        window: With gradient accumulation, this call's `Window`; else None.
     """
 
     update_op: Any
     should_apply: bool | tf.Tensor
     checked: packing.Packed
-    window: tuple[tf.Tensor, ...]
+    window: Window | None
+
+
+class Skipped(typing.NamedTuple):
+    """The tensors a skipped step records (step 7's skip branch).
+
+    Under a strategy the skip runs once, in a cross-replica context: each
+    field then holds every replica's value (`replicas.cond_on_all_replicas`).
+
+    Attributes:
+        checked: The values of `Verdict.checked`.
+        scale: The loss scale the step was taken with.
+        loss_nonfinite: A bool tensor, whether the loss the optimizer scaled
+            for this step was not finite; None if it saw no loss.
+        window: `Verdict.window`.
+    """
+
+    checked: list[tf.Tensor]
+    scale: tf.Tensor
+    loss_nonfinite: tf.Tensor | None
+    window: Window | None
 
 
 class ApplyStep(tf.Module):
@@ -106,7 +138,7 @@ class ApplyStep(tf.Module):
                 False, tf.bool, "window_overflowed")
 
     def __call__(self, grads: Sequence[packing.Gradient],
-                 var_list: Sequence[tf.Variable], name: str | None = None,
+                 var_list: Sequence[tf.Variable], *, name: str | None = None,
                  aggregate: bool = True, scaled: bool = False) -> Any:
         """Runs the step.
 
@@ -135,92 +167,85 @@ class ApplyStep(tf.Module):
         packed = self._pack(grads, var_list, scaled)
         loss_nonfinite = self._seen_losses.take()
         # 4. Sum over replicas, as the inner optimizer's apply would; the
-        # kind says whether its apply must still sum (`apply_sums`).
-        apply_sums = aggregate
+        # kind says whether its apply must still sum.
         if aggregate:
-            packed, apply_sums = self._inner.aggregated(packed, var_list)
+            packed, aggregate = self._inner.aggregated(packed, var_list)
         # Read before the update (the overflow record wants the scale a
         # skipped step was taken with); in a tf.compat.v1 graph, nothing
         # else would order the read first.
         scale = self._loss_scale()
         # 5. and 6. Check and decide.
         with tf.control_dependencies([scale]):
-            decision = self._decide(packed, var_list)
+            verdict = self._decide(packed, var_list)
         names_id = self._overflow.names_id_for(var_list)
         if self.report.enabled and not replicas.in_v1_graph():
             replicas.create_variables(self.report.build, names_id,
                                       len(var_list))
             self.report.record(packed, scale, self._inner.iterations,
                                names_id)
-
-        # 7. Apply or skip.
-        def apply_fn(values: list[tf.Tensor], aux: Any,
-                     var_list: list[tf.Variable]) -> Any:
-            # Every gradient must come from the branch's graph: a mix of
-            # captured and branch tensors breaks the gradient of Keras 3's
-            # all-reduce (a custom_gradient, used even with no strategy).
-            grads = packed.unpack([tf.identity(v) for v in values], aux)
-            return self._inner.apply(list(zip(grads, var_list)), name,
-                                     apply_sums)
-
-        # Whether the loss was seen is known while tracing; when it was not,
-        # a placeholder flag keeps the branch's arguments the same.
-        loss_seen = loss_nonfinite is not None
-        loss_flag = (tf.cast(loss_nonfinite, tf.int32) if loss_seen
-                     else tf.constant(0, tf.int32))
-
-        def skip_fn(values: list[tf.Tensor], scale: tf.Tensor,
-                    loss_flag: tf.Tensor, *window: tf.Tensor) -> None:
-            if not window:
-                count_skip(values, scale, loss_flag)
-                return
-            # A window is dropped at its first non-finite call: the skip is
-            # counted then; its later calls are dropped with it.
-            first_overflow, window_end = map(replicas.first_replica, window)
-
-            def first_call() -> tf.Tensor:
-                count_skip(values, scale, loss_flag)
-                return tf.constant(True)
-
-            def later_call() -> tf.Tensor:
-                self._inner.skip_step()
-                return tf.constant(False)
-
-            tf.cond(first_overflow, first_call, later_call)
-            window_overflowed: Any = self.window_overflowed
-            window_overflowed.assign(tf.logical_not(window_end))
-
-        def nonfinite_flags(values: list[tf.Tensor],
-                            loss_flag: tf.Tensor) -> tf.Tensor:
-            # The gradients' flags and the loss's, in one sum over replicas.
-            return tf.concat([decision.checked.nonfinite_per_gradient(values),
-                              tf.reshape(loss_flag, [1])], 0)
-
-        def count_skip(values: list[tf.Tensor], scale: tf.Tensor,
-                       loss_flag: tf.Tensor) -> None:
-            # Only skipped steps pay for finding the offending variables.
-            flags = replicas.summed(nonfinite_flags, values, loss_flag)
-            consecutive = self._overflow.record(
-                flags[:-1], self._inner.iterations, names_id,
-                replicas.first_replica(scale),
-                flags[-1] if loss_seen else None)
-            self._inner.skip_step()
-            self.skipped_steps.assign_add(1)
-            self._overflow.report(names_id)
-            self._overflow.check(consecutive, names_id)
-
+        # 7. Apply or skip, on every replica alike.
+        apply = functools.partial(self._apply, packed=packed, name=name,
+                                  aggregate=aggregate)
+        skip = functools.partial(self._skip, checked=verdict.checked,
+                                 names_id=names_id)
+        skipped = Skipped(verdict.checked.values, scale, loss_nonfinite,
+                          verdict.window)
         v1_graph = replicas.in_v1_graph()
-        if v1_graph:
-            skip_fn = _one_op(skip_fn)
         step_op = replicas.cond_on_all_replicas(
-            decision.should_apply, apply_fn, skip_fn,
-            args=(packed.values, packed.aux, var_list),
-            false_args=(decision.checked.values, scale, loss_flag,
-                        *decision.window),
-        )
-        if v1_graph:
-            return replicas.grouped((decision.update_op, step_op))
-        return None
+            verdict.should_apply, apply, _one_op(skip) if v1_graph else skip,
+            args=(packed.values, packed.aux, var_list), false_args=(skipped,))
+        return replicas.grouped((verdict.update_op, step_op)) if v1_graph else None
+
+    def _apply(self, values: list[tf.Tensor], aux: Any,
+               var_list: list[tf.Variable], *, packed: packing.Packed,
+               name: str | None, aggregate: bool) -> Any:
+        """Step 7, applied: the inner optimizer applies the gradients.
+
+        `values` and `aux` are `packed`'s, as the branch (each replica's,
+        under a strategy) received them.
+        """
+        # Every gradient must come from the branch's graph: a mix of
+        # captured and branch tensors breaks the gradient of Keras 3's
+        # all-reduce (a custom_gradient, used even with no strategy).
+        grads = packed.unpack([tf.identity(v) for v in values], aux)
+        return self._inner.apply(list(zip(grads, var_list)), name, aggregate)
+
+    def _skip(self, skipped: Skipped, *, checked: packing.Packed,
+              names_id: int) -> None:
+        """Step 7, skipped: no variable or slot changes; the step is counted.
+
+        With gradient accumulation, a window is dropped at its first
+        non-finite call: the skip is counted then; its later calls only
+        count the step.
+        """
+        if skipped.window is None:
+            self._count_skip(skipped, checked=checked, names_id=names_id)
+            return
+        first_overflow, window_end = map(replicas.first_replica,
+                                         skipped.window)
+        tf.cond(first_overflow,
+                functools.partial(self._count_skip, skipped, checked=checked,
+                                  names_id=names_id),
+                self._inner.skip_step)
+        window_overflowed: Any = self.window_overflowed
+        window_overflowed.assign(tf.logical_not(window_end))
+
+    def _count_skip(self, skipped: Skipped, *, checked: packing.Packed,
+                    names_id: int) -> None:
+        """Counts a skipped step and records why (the overflow record)."""
+        # Only skipped steps pay for finding the offending variables: the
+        # gradients' flags and the loss's, in one sum over replicas.
+        flags = replicas.summed(functools.partial(_nonfinite_flags, checked),
+                                skipped.checked, skipped.loss_nonfinite)
+        loss_seen = skipped.loss_nonfinite is not None
+        consecutive = self._overflow.record(
+            flags[:-1] if loss_seen else flags, self._inner.iterations,
+            names_id, replicas.first_replica(skipped.scale),
+            flags[-1] if loss_seen else None)
+        self._inner.skip_step()
+        self.skipped_steps.assign_add(1)
+        self._overflow.report(names_id)
+        self._overflow.check(consecutive, names_id)
 
     def _pack(self, grads: list[packing.Gradient], var_list: list[tf.Variable],
               scaled: bool) -> packing.Packed:
@@ -240,7 +265,7 @@ class ApplyStep(tf.Module):
         return packed
 
     def _decide(self, packed: packing.Packed,
-                var_list: list[tf.Variable]) -> Decision:
+                var_list: list[tf.Variable]) -> Verdict:
         """Steps 5 and 6: the finite check and the loss scale's rule.
 
         With gradient accumulation on the inner optimizer, the loss scale
@@ -262,14 +287,14 @@ class ApplyStep(tf.Module):
                 "or use one of those two classes.")
         if rule is None:  # A user's update: TF 2.4 called it every step.
             update_op, should_apply = self._loss_scale.update(packed.unpack())
-            return Decision(update_op, should_apply, packed, ())
+            return Verdict(update_op, should_apply, packed, None)
         if not rule.checks:  # A fixed scale applies every step (TF 2.4).
             update_op = None if tf.executing_eagerly() else tf.no_op()
-            return Decision(update_op, True, packed, ())
+            return Verdict(update_op, True, packed, None)
         if window is None:
             update_op, should_apply = loss_scale_lib.advance(
                 self._loss_scale, replicas.all_finite(packed))
-            return Decision(update_op, should_apply, packed, ())
+            return Verdict(update_op, should_apply, packed, None)
         window_end, accumulators = window
         sums = packing.pack([
             None if g is None else tf.convert_to_tensor(g) + acc
@@ -289,8 +314,19 @@ class ApplyStep(tf.Module):
             self._loss_scale, should_apply,
             active=tf.logical_or(first_overflow,
                                  tf.logical_and(window_end, should_apply)))
-        return Decision(update_op, should_apply, sums,
-                        (first_overflow, window_end))
+        return Verdict(update_op, should_apply, sums,
+                       Window(first_overflow, window_end))
+
+
+def _nonfinite_flags(checked: packing.Packed, values: list[tf.Tensor],
+                     loss_nonfinite: tf.Tensor | None) -> tf.Tensor:
+    """One int32 flag per gradient of `checked` (its `values`), and the
+    loss's last if it was seen: 1 where not finite."""
+    flags = checked.nonfinite_per_gradient(values)
+    if loss_nonfinite is None:
+        return flags
+    return tf.concat([flags, tf.reshape(tf.cast(loss_nonfinite, tf.int32),
+                                        [1])], 0)
 
 
 def _one_op(fn: Callable[..., None]) -> Callable[..., tf.Tensor]:

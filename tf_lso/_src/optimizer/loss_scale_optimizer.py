@@ -470,8 +470,9 @@ class LossScaleOptimizer(
         grads_and_vars = tuple(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         var_list = [v for _, v in grads_and_vars]
-        step_op = self._step(grads, var_list, name,
-                             experimental_aggregate_gradients, scaled)
+        step_op = self._step(grads, var_list, name=name,
+                             aggregate=experimental_aggregate_gradients,
+                             scaled=scaled)
         return self.iterations if step_op is None else step_op
 
     def apply(
@@ -495,7 +496,7 @@ class LossScaleOptimizer(
                 )
             trainable_variables = compat.keras_trainable_variables(self)
         self._keras_scaled_loss = False
-        self._step(grads, trainable_variables, None, True, True)
+        self._step(grads, trainable_variables, scaled=True)
 
     def stateless_apply(
         self, optimizer_variables: Any, grads: Any, trainable_variables: Any
