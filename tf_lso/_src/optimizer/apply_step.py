@@ -102,25 +102,15 @@ class ApplyStep(tf.Module):
         inner: The `inner_optimizer.InnerOptimizer`.
         loss_scale: The `LossScale`.
         overflow: The `training_health.OverflowRecord`.
-        seen_losses: The optimizer's `training_health.SeenLosses` (whether
-            the loss it scaled last was finite), or None for a fresh one.
-        handed_out: The optimizer's `packing.HandedOut` (the gradients its
-            `get_unscaled_gradients` packed), or None for a fresh one.
     """
 
     def __init__(self, inner: inner_lib.InnerOptimizer,
                  loss_scale: loss_scale_lib.LossScale,
-                 overflow: training_health.OverflowRecord,
-                 seen_losses: training_health.SeenLosses | None = None,
-                 handed_out: packing.HandedOut | None = None) -> None:
+                 overflow: training_health.OverflowRecord) -> None:
         super().__init__(name="apply_step")
         self._inner = inner
         self._loss_scale = loss_scale
         self._overflow = overflow
-        self._seen_losses = (training_health.SeenLosses()
-                             if seen_losses is None else seen_losses)
-        self._handed_out = (packing.HandedOut() if handed_out is None
-                            else handed_out)
         # Not checkpointed (the layout stays TF 2.4's), like the record.
         self.skipped_steps = replicas.state_variable(
             0, tf.int64, "skipped_steps"
@@ -139,7 +129,9 @@ class ApplyStep(tf.Module):
 
     def __call__(self, grads: Sequence[packing.Gradient],
                  var_list: Sequence[tf.Variable], *, name: str | None = None,
-                 aggregate: bool = True, scaled: bool = False) -> Any:
+                 aggregate: bool = True, scaled: bool = False,
+                 unpacked_from: packing.Packed | None = None,
+                 loss_nonfinite: tf.Tensor | None = None) -> Any:
         """Runs the step.
 
         Args:
@@ -150,6 +142,10 @@ class ApplyStep(tf.Module):
                 replicas.
             scaled: Whether the gradients are still multiplied by the loss
                 scale (Keras 3's protocol: `scale_loss`, then `apply`).
+            unpacked_from: The `packing.Packed` whose `unpack()` `grads`
+                is (`get_unscaled_gradients` packed them), or None.
+            loss_nonfinite: A bool tensor, whether the loss scaled for this
+                step was not finite, or None if the optimizer saw no loss.
 
         Returns:
             In a `tf.compat.v1` graph, the op that runs the step; else None.
@@ -164,8 +160,7 @@ class ApplyStep(tf.Module):
         replicas.create_variables(self._inner.build, var_list)
         self._inner.check_variables(var_list)
         # 3. Pack.
-        packed = self._pack(grads, var_list, scaled)
-        loss_nonfinite = self._seen_losses.take()
+        packed = self._pack(grads, var_list, scaled, unpacked_from)
         # 4. Sum over replicas, as the inner optimizer's apply would; the
         # kind says whether its apply must still sum.
         if aggregate:
@@ -248,14 +243,14 @@ class ApplyStep(tf.Module):
         self._overflow.check(consecutive, names_id)
 
     def _pack(self, grads: list[packing.Gradient], var_list: list[tf.Variable],
-              scaled: bool) -> packing.Packed:
+              scaled: bool, packed: packing.Packed | None) -> packing.Packed:
         """Step 3: the gradients packed, and unscaled if `scaled`.
 
         Small gradients travel stacked (see `packing.Packed`): one op
         unscales or checks many of them, and the cond gets few inputs. The
-        TF 2.x protocol's `get_unscaled_gradients` packed them already.
+        TF 2.x protocol's `get_unscaled_gradients` packed them already
+        (`packed`, unless None).
         """
-        packed = None if scaled else self._handed_out.take(grads)
         if packed is not None and any(map(packing.overwrites, var_list)):
             packed = None  # Packed without the variables: see `pack`.
         if packed is None:

@@ -148,14 +148,28 @@ class LossScaleOptimizer(
         # config, which has none).
         self._given_name = name
         self._loss_scale = loss_scale
+        # What the protocol's calls hand to each other beside tensors: the
+        # optimizer's only Python-side state, kept here and passed to the
+        # step as arguments.
+        # - Whether the next apply_gradients gets gradients of a loss that
+        #   scale_loss scaled (Keras 3's protocol): set by scale_loss, read
+        #   and cleared by apply_gradients, cleared by
+        #   get_unscaled_gradients and apply.
         self._keras_scaled_loss = False
+        # - The Packed behind each list get_unscaled_gradients handed out in
+        #   a graph (up to 8), so that apply_gradients does not pack it
+        #   again: each taken by the apply_gradients it is passed to.
         self._handed_out = packing.HandedOut()
+        # - Per thread and graph (up to 64): whether the loss scaled last
+        #   was finite, taken by the next apply_gradients or apply; and
+        #   whether get_scaled_loss's gradients are still due unscaling
+        #   (get_unscaled_gradients and `loss_scale` clear it), for
+        #   apply_gradients' warning.
         self._seen_losses = training_health.SeenLosses()
         # Not checkpointed: the layout stays TF 2.4's.
         self._overflow = training_health.OverflowRecord(
             max_consecutive_skips, print_overflows, stop_on_nonfinite_loss)
-        self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow,
-                                          self._seen_losses, self._handed_out)
+        self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow)
         self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
         forwarding.start_forwarding(self, inner)
         wrapping.claim(inner)
@@ -470,9 +484,11 @@ class LossScaleOptimizer(
         grads_and_vars = tuple(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         var_list = [v for _, v in grads_and_vars]
-        step_op = self._step(grads, var_list, name=name,
-                             aggregate=experimental_aggregate_gradients,
-                             scaled=scaled)
+        step_op = self._step(
+            grads, var_list, name=name,
+            aggregate=experimental_aggregate_gradients, scaled=scaled,
+            unpacked_from=None if scaled else self._handed_out.take(grads),
+            loss_nonfinite=self._seen_losses.take())
         return self.iterations if step_op is None else step_op
 
     def apply(
@@ -496,7 +512,8 @@ class LossScaleOptimizer(
                 )
             trainable_variables = compat.keras_trainable_variables(self)
         self._keras_scaled_loss = False
-        self._step(grads, trainable_variables, scaled=True)
+        self._step(grads, trainable_variables, scaled=True,
+                   loss_nonfinite=self._seen_losses.take())
 
     def stateless_apply(
         self, optimizer_variables: Any, grads: Any, trainable_variables: Any
