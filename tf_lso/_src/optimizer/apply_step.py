@@ -96,7 +96,15 @@ class ApplyStep(tf.Module):
     """Applies or skips a step's gradients; holds `skipped_steps`.
 
     A `tf.Module`, so that a SavedModel of a traced step can track the
-    variables it captures (`checkpointing.Layout`).
+    variables it captures (`checkpointing.Layout`). Its state is
+    `tf.Variable`s; what the step reads in Python, while tracing, is two
+    values set elsewhere and never cleared:
+
+    * `report.enabled`: set by `LossScaleMonitor` (which retraces the train
+      function), read by `__call__`.
+    * The overflow record's `variable_names`: `__call__` adds the names of
+      each new variable list (a trace keeps its index); it grows only as
+      the program's variable lists do.
 
     Args:
         inner: The `inner_optimizer.InnerOptimizer`.
