@@ -155,7 +155,7 @@ class LossScaleOptimizer(
         #   scale_loss scaled (Keras 3's protocol): set by scale_loss, read
         #   and cleared by apply_gradients, cleared by
         #   get_unscaled_gradients and apply.
-        self._keras_scaled_loss = False
+        self._scaled_by_scale_loss = False
         # - The Packed behind each list get_unscaled_gradients handed out in
         #   a graph (up to 8), so that apply_gradients does not pack it
         #   again: each taken by the apply_gradients it is passed to.
@@ -421,7 +421,7 @@ class LossScaleOptimizer(
         Returns:
             A list of unscaled gradients, in the same order.
         """
-        self._keras_scaled_loss = False
+        self._scaled_by_scale_loss = False
         self._seen_losses.unscaling()
         packed = packing.pack(list(grads)).unscaled(self._loss_scale())
         return self._handed_out.remember(packed.unpack(), packed)
@@ -440,7 +440,7 @@ class LossScaleOptimizer(
         Returns:
             The scaled loss.
         """
-        self._keras_scaled_loss = True
+        self._scaled_by_scale_loss = True
         return self._scaled(loss, unscale_due=False)
 
     # -- Applying -----------------------------------------------------------
@@ -478,7 +478,7 @@ class LossScaleOptimizer(
                 optimizer is a tf_keras legacy one (the only kind that
                 updates variables there).
         """
-        scaled, self._keras_scaled_loss = self._keras_scaled_loss, False
+        scaled, self._scaled_by_scale_loss = self._scaled_by_scale_loss, False
         if not scaled:
             self._seen_losses.warn_if_not_unscaled()
         grads_and_vars = tuple(grads_and_vars)
@@ -511,7 +511,7 @@ class LossScaleOptimizer(
                     "pass `trainable_variables`."
                 )
             trainable_variables = compat.keras_trainable_variables(self)
-        self._keras_scaled_loss = False
+        self._scaled_by_scale_loss = False
         self._step(grads, trainable_variables, scaled=True,
                    loss_nonfinite=self._seen_losses.take())
 
