@@ -5,11 +5,12 @@ The loss scale classes of TF 2.1-2.8 (`tf.mixed_precision.experimental` and
 one interface, `__call__()` and `update(grads)`, so the optimizer never needs
 to know which one it holds.
 
-The built-in classes also state how they change as a `Rule`: a pure function
-`(scale, count, finite) -> (scale, count)`. A loss scale optimizer's step
-(`optimizer/apply_step.py`) checks the gradients itself and applies the rule
-with `advance`; for a user's subclass (`step_rule` is None) the step calls
-its `update(grads)`, as TF 2.4 did.
+The built-in classes also state how they change as a `Rule`: a `FixedRule`
+(nothing changes, nothing is checked) or a `DynamicRule`, whose `next` is a
+pure function `(scale, count, finite) -> (scale, count)`. A loss scale
+optimizer's step (`optimizer/apply_step.py`) checks the gradients itself and
+applies the rule with `advance`; for a user's subclass (`step_rule` is None)
+the step calls its `update(grads)`, as TF 2.4 did.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 from typing import Any
+from typing import ClassVar
+from typing import Union
 
 import tensorflow as tf
 
@@ -30,39 +33,24 @@ DEFAULT_INITIAL_SCALE = 2**15
 DEFAULT_GROWTH_STEPS = 2000
 
 
-class Rule(abc.ABC):
-    """How a built-in loss scale changes after a step: a pure function.
+@dataclasses.dataclass(frozen=True)
+class FixedRule:
+    """A fixed scale's rule: nothing changes, and no step is skipped.
 
-    `next(scale, count, finite)` is the scale and counter after a step whose
-    gradients were (`finite`) or were not finite. `checks` says whether the
-    verdict matters at all: a fixed scale applies every step, so a step with
-    its rule needs no finite check and no cond.
+    So a step with it needs no finite check and no cond (`checks` is False).
     """
 
-    checks: bool = True
-
-    @abc.abstractmethod
-    def next(self, scale: tf.Tensor, count: tf.Tensor,
-             finite: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The next `(scale, count)`; branch-free, so XLA-friendly."""
-
-
-@dataclasses.dataclass(frozen=True)
-class FixedRule(Rule):
-    """A fixed scale's rule: nothing changes, and no step is skipped."""
-
     value: float
-    checks: bool = False
-
-    def next(self, scale: tf.Tensor, count: tf.Tensor,
-             finite: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        del finite
-        return scale, count
+    checks: ClassVar[bool] = False
 
 
 @dataclasses.dataclass(frozen=True)
-class DynamicRule(Rule):
+class DynamicRule:
     """`DynamicLossScale`'s rule (see its docstring).
+
+    `next(scale, count, finite)` is the scale and counter after a step whose
+    gradients were (`finite`) or were not finite. The verdict matters
+    (`checks` is True): a step with this rule checks its gradients.
 
     Attributes:
         initial: The initial scale, where a damaged scale restarts (under
@@ -74,9 +62,11 @@ class DynamicRule(Rule):
     initial: float
     period: int
     multiplier: float
+    checks: ClassVar[bool] = True
 
     def next(self, scale: tf.Tensor, count: tf.Tensor,
              finite: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The next `(scale, count)`; branch-free, so XLA-friendly."""
         should_grow = count + 1 >= self.period
         grown = scale * self.multiplier
         grow = tf.logical_and(should_grow, tf.math.is_finite(grown))
@@ -87,6 +77,12 @@ class DynamicRule(Rule):
                               self.initial)
         return (tf.where(finite, finite_scale, backed_off),
                 tf.where(finite, finite_count, tf.zeros_like(count)))
+
+
+# How a built-in loss scale changes after a step: `checks` says whether the
+# step's finite verdict matters at all, and a `DynamicRule` computes the
+# next scale and counter from it.
+Rule = Union[FixedRule, DynamicRule]
 
 
 class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
