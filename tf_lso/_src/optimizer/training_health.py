@@ -40,10 +40,6 @@ from tf_lso._src.scaling import validation
 if TYPE_CHECKING:
     from tf_lso._src.gradients import packing
 
-# A part of a message: a string, or a number (a Python int eagerly, an int64
-# tensor inside a `tf.function`).
-_Part = Any
-
 # How many offending variables a record names (the count is always exact).
 MAX_NAMED = 8
 
@@ -97,102 +93,6 @@ def host_int(variable: Any) -> int:
     which every replica keeps equal).
     """
     return int(variable.numpy())
-
-
-def _stuck_parts(limit: int, consecutive: _Part, step: _Part, count: _Part,
-                 names: _Part) -> list[_Part]:
-    """The stuck-run message, in parts: the one place it is worded.
-
-    Values in it may be Python values (`stuck_message`) or tensors inside
-    a `tf.function` (`OverflowRecord.check` joins them there).
-
-    Args:
-        limit: The `max_consecutive_skips` that was exceeded.
-        consecutive: How many steps in a row were skipped.
-        step: The last skipped step.
-        count: How many gradients were not finite at that step.
-        names: The (up to 8) names of their variables, joined by ", ".
-    """
-    return [
-        consecutive, " steps in a row were skipped for non-finite gradients "
-        f"(more than max_consecutive_skips={limit}): training cannot make "
-        "progress. At step ", step, ", ", count, " gradient(s) were not "
-        "finite, for: ", names, f". {REMEDIES}",
-    ]
-
-
-def _loss_parts(lead: Sequence[_Part], consecutive_loss: _Part, step: _Part,
-                count: _Part, names: _Part) -> list[_Part]:
-    """The message of a stop whose last skipped step had a non-finite loss.
-
-    Args:
-        lead: The parts that say why training stops.
-        consecutive_loss: Skipped steps in a row with a non-finite loss.
-        step, count, names: As in `_stuck_parts`.
-    """
-    return [
-        *lead, "the loss itself has been non-finite for ", consecutive_loss,
-        f" step(s): {LOSS_ADVICE} At step ", step, ", ", count,
-        " gradient(s) were not finite, for: ", names, ".",
-    ]
-
-
-def _stuck_lead(limit: int, consecutive: _Part) -> list[_Part]:
-    return [consecutive, " steps in a row were skipped (more than "
-            f"max_consecutive_skips={limit}) and "]
-
-
-# Why `stop_on_nonfinite_loss` stops.
-LOSS_STOP_LEAD = (
-    "Stopping at the first non-finite loss (stop_on_nonfinite_loss=True): ",)
-
-
-def stuck_message(limit: int, overflow: Overflow,
-                  consecutive_loss: int = 0) -> str:
-    """Why a run of skipped steps stops training: one sentence and remedies.
-
-    When the loss itself was not finite at the last skipped step, the
-    message says so instead of advising about the loss scale.
-
-    Args:
-        limit: The `max_consecutive_skips` that was exceeded.
-        overflow: The last skipped step, an `Overflow`.
-        consecutive_loss: Skipped steps in a row, up to `overflow`, whose
-            loss was not finite.
-    """
-    names = ", ".join(overflow.variables)
-    if overflow.cause == "loss":
-        parts = _loss_parts(_stuck_lead(limit, overflow.consecutive_skips),
-                            consecutive_loss, overflow.step, overflow.count,
-                            names)
-    else:
-        parts = _stuck_parts(limit, overflow.consecutive_skips,
-                             overflow.step, overflow.count, names)
-    return "".join(str(part) for part in parts)
-
-
-def loss_stop_message(overflow: Overflow, consecutive_loss: int = 1) -> str:
-    """Why `stop_on_nonfinite_loss` stops training, after `overflow`."""
-    return "".join(str(part) for part in _loss_parts(
-        LOSS_STOP_LEAD, consecutive_loss, overflow.step, overflow.count,
-        ", ".join(overflow.variables)))
-
-
-def is_stuck(overflow: Overflow | None, limit: int,
-             iterations: int | None = None) -> bool:
-    """Whether the run of skipped steps that `overflow` ends is too long.
-
-    The one test of a stuck run: more than `limit` steps skipped in a row.
-
-    Args:
-        overflow: The last skipped step (`Overflow`), or None.
-        limit: `max_consecutive_skips`.
-        iterations: The optimizer's step counter now, if asked after the
-            fact: the run must still be going on (no step since `overflow`).
-    """
-    if overflow is None or overflow.consecutive_skips <= limit:
-        return False
-    return iterations is None or overflow.step + 1 >= iterations
 
 
 class OverflowRecord(tf.Module):
@@ -335,66 +235,90 @@ class OverflowRecord(tf.Module):
             line(("the loss itself was not finite;",)),
         ])
 
+    def verdict(self, limit: int | None, stop_on_loss: bool,
+                consecutive: Any, names_id: int) -> tuple[tf.Tensor, tf.Tensor]:
+        """Whether training must stop after the last skipped step, and why.
+
+        The one stop rule, eagerly and inside a `tf.function` (`check`, and
+        `LossScaleMonitor` through `stop_message`): with `stop_on_loss`, a
+        step skipped with a non-finite loss stops; with `limit`, more than
+        `limit` steps skipped in a row stop. The message is built here only,
+        from tensors, so it reads the same wherever it is raised.
+
+        Args:
+            limit: `max_consecutive_skips`, or None (no run is too long).
+            stop_on_loss: Whether a non-finite loss stops.
+            consecutive: The int64 number of steps skipped in a row, up to
+                the last one.
+            names_id: The record's `names_id` (a Python int).
+
+        Returns:
+            `(stop, message)`: a bool scalar tensor, and a string scalar
+            tensor that says why (meaningful where `stop` is True).
+        """
+        is_loss = tf.equal(self.cause, LOSS)
+        stop_for_loss = tf.logical_and(stop_on_loss, is_loss)
+        stuck = tf.constant(False) if limit is None else consecutive > limit
+        at_step = [" At step ", self.step, ", ", self.count,
+                   " gradient(s) were not finite, for: ",
+                   self._offending(names_id), "."]
+        loss_why = ["the loss itself has been non-finite for ",
+                    self.consecutive_loss, f" step(s): {LOSS_ADVICE}",
+                    *at_step]
+        in_a_row = [consecutive, " steps in a row were skipped"]
+        over = f"(more than max_consecutive_skips={limit})"
+        message = tf.where(
+            stop_for_loss,
+            _joined(["Stopping at the first non-finite loss "
+                     "(stop_on_nonfinite_loss=True): ", *loss_why]),
+            tf.where(
+                is_loss,
+                _joined([*in_a_row, f" {over} and ", *loss_why]),
+                _joined([*in_a_row, f" for non-finite gradients {over}: "
+                         "training cannot make progress.", *at_step,
+                         f" {REMEDIES}"])))
+        return tf.logical_or(stop_for_loss, stuck), message
+
     def check(self, consecutive: tf.Tensor, names_id: int) -> None:
         """Raises if training must stop after the step just recorded.
 
-        With `stop_on_nonfinite_loss`, at a step skipped with a non-finite
-        loss; with `max_consecutive_skips`, when more steps in a row were
-        skipped. Eagerly a RuntimeError; in a `tf.function` an
-        InvalidArgumentError (a `tf.debugging.Assert`). Under
-        `jit_compile=True`, where XLA drops assertions, nothing happens: use
-        `LossScaleMonitor` there.
+        When `verdict` says so, by this record's `stop_on_nonfinite_loss`
+        and `max_consecutive_skips`. Eagerly a RuntimeError; in a
+        `tf.function` an InvalidArgumentError (a `tf.debugging.Assert`).
+        Under `jit_compile=True`, where XLA drops assertions, nothing
+        happens: use `LossScaleMonitor` there.
         """
         limit = self.max_consecutive_skips
         if limit is None and not self.stop_on_nonfinite_loss:
             return
-        if tf.executing_eagerly():
-            message = self.stop_message(limit)
-            if message is not None:
-                raise RuntimeError(message)
+        eager = tf.executing_eagerly()
+        if not eager and compat.in_xla_context():
             return
-        if compat.in_xla_context():
-            return
-        offending = self._offending(names_id)
-        is_loss = tf.equal(self.cause, LOSS)
-        if self.stop_on_nonfinite_loss:
-            tf.debugging.Assert(tf.logical_not(is_loss), [_joined(_loss_parts(
-                LOSS_STOP_LEAD, self.consecutive_loss, self.step, self.count,
-                offending))])
-        if limit is None:
-            return
-        message = tf.where(
-            is_loss,
-            _joined(_loss_parts(_stuck_lead(limit, consecutive),
-                                self.consecutive_loss, self.step, self.count,
-                                offending)),
-            _joined(_stuck_parts(limit, consecutive, self.step, self.count,
-                                 offending)))
-        tf.debugging.Assert(consecutive <= limit, [message])
+        stop, message = self.verdict(limit, self.stop_on_nonfinite_loss,
+                                     consecutive, names_id)
+        if not eager:
+            tf.debugging.Assert(tf.logical_not(stop), [message])
+        elif bool(stop):
+            raise RuntimeError(message.numpy().decode())
 
-    def stop_message(self, limit: int | None, iterations: int | None = None,
-                     stop_on_loss: bool | None = None) -> str | None:
+    def stop_message(self, limit: int | None, iterations: int,
+                     stop_on_loss: bool) -> str | None:
         """Why training must stop now, or None. Eager only.
 
+        `verdict` on the last skipped step, if the run of skipped steps it
+        ends is still going on (no step applied since).
+
         Args:
-            limit: `max_consecutive_skips` (None: only a non-finite loss
-                stops, if `stop_on_loss`).
-            iterations: As in `is_stuck`.
-            stop_on_loss: Whether a non-finite loss stops (default: this
-                record's `stop_on_nonfinite_loss`).
+            limit: As in `verdict`.
+            iterations: The optimizer's step counter now.
+            stop_on_loss: As in `verdict`.
         """
-        if stop_on_loss is None:
-            stop_on_loss = self.stop_on_nonfinite_loss
-        overflow = self.last()
-        if overflow is None or (iterations is not None
-                                and overflow.step + 1 < iterations):
+        step = int(self.step.numpy())
+        if step < 0 or step + 1 < iterations:
             return None
-        consecutive_loss = int(self.consecutive_loss.numpy())
-        if stop_on_loss and overflow.cause == "loss":
-            return loss_stop_message(overflow, consecutive_loss)
-        if limit is not None and is_stuck(overflow, limit):
-            return stuck_message(limit, overflow, consecutive_loss)
-        return None
+        stop, message = self.verdict(limit, stop_on_loss, self.consecutive,
+                                     int(self.names_id.numpy()))
+        return message.numpy().decode() if bool(stop) else None
 
     def last(self) -> Overflow | None:
         """The last skipped step as an `Overflow`, or None. Eager only.
@@ -417,8 +341,9 @@ class OverflowRecord(tf.Module):
                         CAUSES[int(self.cause.numpy())])
 
 
-def _joined(parts: Iterable[_Part]) -> tf.Tensor:
-    """One string tensor of message parts (strings and numeric tensors)."""
+def _joined(parts: Iterable[Any]) -> tf.Tensor:
+    """One string tensor of message parts: strings, string tensors, and
+    integer tensors or variables."""
     return tf.strings.join([
         part if isinstance(part, str) or part.dtype == tf.string
         else tf.strings.as_string(part) for part in parts])
