@@ -190,6 +190,20 @@ class FixedLossScale(LossScale):
         super().__init__()
         self._loss_scale_value = float(loss_scale_value)
 
+    @classmethod
+    def _below_one_too(cls, value: Any, name: str) -> FixedLossScale:
+        """A fixed scale of any positive `value` finite as a float32.
+
+        Below 1 too, as TF 2.4's optimizer arguments allowed: the public
+        constructor refuses that, as TF's class did. For
+        `any_positive_fixed_scale`; its arguments and errors are that
+        function's.
+        """
+        number = validation.scale(value, name)
+        loss_scale = cls(1)
+        loss_scale._loss_scale_value = number
+        return loss_scale
+
     def __call__(self) -> tf.Tensor:
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
@@ -468,10 +482,7 @@ def any_positive_fixed_scale(value: Any, name: str) -> FixedLossScale:
         TypeError: If `value` is not a number.
         ValueError: If its float32 value is not positive and finite.
     """
-    instance = FixedLossScale.__new__(FixedLossScale)
-    LossScale.__init__(instance)
-    instance._loss_scale_value = validation.scale(value, name)
-    return instance
+    return FixedLossScale._below_one_too(value, name)
 
 
 def _corrupt_scale_message(value: Any) -> str:
