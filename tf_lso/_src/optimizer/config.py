@@ -1,12 +1,12 @@
 """The config formats of the loss scale optimizers, read in one place.
 
-`get_config()` writes TF 2.4's keys (`TF24_KEYS`, with `tf24_config`), or
-TF 2.1-2.3's (`TF23_KEYS`: the inner optimizer and a serialized loss scale,
-with `tf23_config`) for a loss scale that TF 2.4's arguments cannot
-describe; tf_lso's own settings and Keras 3's `name` are added only when set
-(`OPTIONAL_KEYS`). `read` checks a config and reads either format; nothing
-else spells the keys. The inner optimizer's config is its kind's
-(`inner_optimizer.deserialize`).
+`get_config()` writes TF 2.4's keys (`TF24_KEYS`: the inner optimizer and
+TF 2.4's settings, with `tf24_config`), or TF 2.1-2.3's (`TF23_KEYS`: the
+inner optimizer and a serialized loss scale, with `tf23_config`) for a loss
+scale that TF 2.4's arguments cannot describe; tf_lso's own settings and
+Keras 3's `name` are added only when set (`OPTIONAL_KEYS`). `read` checks a
+config and reads either format; nothing else spells the keys. The inner
+optimizer's config is its kind's (`inner_optimizer.deserialize`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,16 @@ from tf_lso._src.optimizer import settings
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import serialization
 
-# The keys of TF 2.4's config and of TF <= 2.3's.
-TF24_KEYS = ("inner_optimizer", "dynamic", "initial_scale",
-             "dynamic_growth_steps")
-TF23_KEYS = ("optimizer", "loss_scale")
+# The keys of TF 2.4's config: the inner optimizer's config, and TF 2.4's
+# settings (each optional).
+INNER_OPTIMIZER = "inner_optimizer"
+TF24_SETTINGS = ("dynamic", "initial_scale", "dynamic_growth_steps")
+TF24_KEYS = (INNER_OPTIMIZER, *TF24_SETTINGS)
+# The keys of TF <= 2.3's config: the inner optimizer's config, and the
+# serialized loss scale (both required).
+TF23_OPTIMIZER = "optimizer"
+TF23_LOSS_SCALE = "loss_scale"
+TF23_KEYS = (TF23_OPTIMIZER, TF23_LOSS_SCALE)
 # Keys in either format's config only when set: Keras 3's `name`, and
 # tf_lso's own settings.
 OPTIONAL_KEYS = ("name", "max_consecutive_skips", "print_overflows",
@@ -57,6 +63,7 @@ def checked_config(config: Any, class_name: str) -> dict[str, Any]:
               if k not in settings.KERAS_BASE_DEFAULTS}
     legacy = any(key in config for key in TF23_KEYS)
     keys = TF23_KEYS if legacy else TF24_KEYS
+    required = TF23_KEYS if legacy else (INNER_OPTIMIZER,)
     unknown = sorted(set(config) - set(keys) - set(OPTIONAL_KEYS), key=str)
     if unknown:
         raise TypeError(
@@ -64,7 +71,7 @@ def checked_config(config: Any, class_name: str) -> dict[str, Any]:
             f"keys: {sorted(config, key=str)}. A TF 2.4 config has the keys "
             f"{list(TF24_KEYS)}, a TF 2.1-2.3 config {list(TF23_KEYS)}."
         )
-    missing = [k for k in (keys if legacy else keys[:1]) if k not in config]
+    missing = [k for k in required if k not in config]
     if missing:
         raise ValueError(
             f"{class_name}.from_config() needs the keys {missing}. Received "
@@ -77,7 +84,7 @@ def checked_config(config: Any, class_name: str) -> dict[str, Any]:
 def inner_optimizer_key(config: dict[str, Any]) -> str:
     """The key of the inner optimizer's config in a config of either
     format."""
-    return TF23_KEYS[0] if TF23_KEYS[0] in config else TF24_KEYS[0]
+    return TF23_OPTIMIZER if TF23_OPTIMIZER in config else INNER_OPTIMIZER
 
 
 def optional_config(name: str | None, max_consecutive_skips: int | None,
@@ -100,7 +107,7 @@ def optional_config(name: str | None, max_consecutive_skips: int | None,
 
 
 def _tf24_settings(described: settings.OptimizerSettings) -> dict[str, Any]:
-    return dict(zip(TF24_KEYS[1:], (described.dynamic,
+    return dict(zip(TF24_SETTINGS, (described.dynamic,
                                     described.initial_scale,
                                     described.growth_steps)))
 
@@ -108,15 +115,15 @@ def _tf24_settings(described: settings.OptimizerSettings) -> dict[str, Any]:
 def tf24_config(inner_config: Any, described: settings.OptimizerSettings,
                 optional: dict[str, Any]) -> dict[str, Any]:
     """TF 2.4's config: the inner optimizer's, the settings, `optional`."""
-    return {TF24_KEYS[0]: inner_config, **_tf24_settings(described),
+    return {INNER_OPTIMIZER: inner_config, **_tf24_settings(described),
             **optional}
 
 
 def tf23_config(inner_config: Any, loss_scale: loss_scale_lib.LossScale,
                 optional: dict[str, Any]) -> dict[str, Any]:
     """TF 2.1-2.3's config: the inner optimizer's, the loss scale's."""
-    return {TF23_KEYS[0]: inner_config,
-            TF23_KEYS[1]: serialization.serialize(loss_scale), **optional}
+    return {TF23_OPTIMIZER: inner_config,
+            TF23_LOSS_SCALE: serialization.serialize(loss_scale), **optional}
 
 
 class OptimizerConfig(typing.NamedTuple):
@@ -183,15 +190,15 @@ def read(config: Any, class_name: str = "LossScaleOptimizer",
     """
     config = checked_config(config, class_name)
     optional = {k: config[k] for k in OPTIONAL_KEYS if k in config}
-    if TF23_KEYS[0] in config:  # TF 2.1-2.3's format.
-        loss_scale = serialization.deserialize(config[TF23_KEYS[1]],
+    if TF23_OPTIMIZER in config:  # TF 2.1-2.3's format.
+        loss_scale = serialization.deserialize(config[TF23_LOSS_SCALE],
                                                custom_objects)
         settings.check_multiplier(loss_scale, "config")
-        return OptimizerConfig(config[TF23_KEYS[0]], loss_scale, {},
+        return OptimizerConfig(config[TF23_OPTIMIZER], loss_scale, {},
                                optional)
     return OptimizerConfig(
-        config[TF24_KEYS[0]], None,
-        {k: config[k] for k in TF24_KEYS[1:] if k in config}, optional)
+        config[INNER_OPTIMIZER], None,
+        {k: config[k] for k in TF24_SETTINGS if k in config}, optional)
 
 
 def upgrade_legacy_config(config: Any, class_name: str = "LossScaleOptimizer"
@@ -202,5 +209,5 @@ def upgrade_legacy_config(config: Any, class_name: str = "LossScaleOptimizer"
         ValueError: For a TF 2.1-2.3 loss scale with no TF 2.4 settings.
     """
     read_config = read(config, class_name)
-    return {TF24_KEYS[0]: read_config.inner_optimizer,
+    return {INNER_OPTIMIZER: read_config.inner_optimizer,
             **read_config.as_tf24_settings(), **read_config.optional}

@@ -654,7 +654,7 @@ class LossScaleOptimizer(
         """
         config = optimizer_config.upgrade_legacy_config(config, cls.__name__)
         inner_optimizer = wrapping.deserialize(
-            config.pop(optimizer_config.TF24_KEYS[0]), custom_objects
+            config.pop(optimizer_config.INNER_OPTIMIZER), custom_objects
         )
         # Keywords, so that a subclass whose __init__ takes **kwargs and
         # forwards them (as Horovod-style wrappers do) round-trips.
