@@ -164,10 +164,11 @@ def check_source(source: str, path: str = "<string>",
     try:
         tree = ast.parse(source, path)
     except (SyntaxError, ValueError) as e:
+        if not options.reports("unparsable"):
+            return []
         line = getattr(e, "lineno", None) or 1
         return [Finding(path, line, (getattr(e, "offset", None) or 1),
-                        "unparsable", f"Not parsed, skipped: {e}.", cell)
-                ][:options.reports("unparsable")]
+                        "unparsable", f"Not parsed, skipped: {e}.", cell)]
     found: list[Finding] = []
 
     def report(node, rule_id, message, fixable):  # A `rule_lib.Report`.
@@ -390,9 +391,10 @@ def check_file(path: Path, options: Options | None = None) -> list[Finding]:
         text = decode(path.read_bytes())
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError,
             AttributeError) as e:
+        if not options.reports("unparsable"):
+            return []
         return [Finding(str(path), 1, 1, "unparsable",
-                        f"Not read, skipped: {e}.")
-                ][:options.reports("unparsable")]
+                        f"Not read, skipped: {e}.")]
     return check_source(text, str(path), options=options)
 
 
