@@ -441,7 +441,52 @@ def keras_learning_rate_schedule(
     return learning_rate
 
 
-_NO_ALL_REDUCE_LOCK = threading.Lock()
+_SHADOWS_LOCK = threading.Lock()
+_NOT_SET = object()  # What a shadow restores as: not in the instance dict.
+
+
+def _shadow_key(name: str) -> str:
+    return f"_tf_lso_shadowed_{name}"
+
+
+@contextlib.contextmanager
+def _shadowed(obj: Any, name: str, value: Any) -> Iterator[None]:
+    """While active, `obj`'s instance attribute `name` is `value`.
+
+    MirroredStrategy runs each replica's step in a thread of its own, so the
+    entries of several threads overlap: the first one sets `value`, the
+    last exit restores what `obj.__dict__` held before (or deletes `name`
+    if it held none), and `_unshadowed` reads that meanwhile. The count
+    and the previous value live in `obj.__dict__` too, while active.
+    """
+    state = vars(obj)
+    key = _shadow_key(name)
+    with _SHADOWS_LOCK:
+        entry = state.setdefault(key, [0, state.get(name, _NOT_SET)])
+        entry[0] += 1
+        state[name] = value
+    try:
+        yield
+    finally:
+        with _SHADOWS_LOCK:
+            entry[0] -= 1
+            if not entry[0]:
+                del state[key]
+                if entry[1] is _NOT_SET:
+                    del state[name]
+                else:
+                    state[name] = entry[1]
+
+
+def _unshadowed(obj: Any, name: str, default: Any) -> Any:
+    """`getattr(obj, name, default)` as it is outside `_shadowed`."""
+    with _SHADOWS_LOCK:
+        entry = vars(obj).get(_shadow_key(name))
+        if entry is None:
+            return getattr(obj, name, default)
+        if entry[1] is _NOT_SET:
+            return getattr(type(obj), name, default)
+        return entry[1]
 
 
 def keras_apply_without_all_reduce(
@@ -464,18 +509,8 @@ def keras_apply_without_all_reduce(
             "Pass the per-replica gradients with "
             "experimental_aggregate_gradients=True instead."
         )
-    state = vars(optimizer)
-    with _NO_ALL_REDUCE_LOCK:
-        state["_tf_lso_no_all_reduce"] = state.get("_tf_lso_no_all_reduce", 0) + 1
-        state["_all_reduce_sum_gradients"] = list
-    try:
+    with _shadowed(optimizer, "_all_reduce_sum_gradients", list):
         optimizer.apply_gradients(grads_and_vars)
-    finally:
-        with _NO_ALL_REDUCE_LOCK:
-            state["_tf_lso_no_all_reduce"] -= 1
-            if not state["_tf_lso_no_all_reduce"]:
-                del state["_tf_lso_no_all_reduce"]
-                del state["_all_reduce_sum_gradients"]
 
 
 def keras_loss_scale_optimizer_file_state(
@@ -543,9 +578,6 @@ def keras_overwrite_with_ema(optimizer: Any) -> None:
         optimizer._trainable_variables)
 
 
-_NO_EMA_LOCK = threading.Lock()
-
-
 def keras_uses_ema(optimizer: Any) -> bool:
     """Whether a Keras 3 optimizer keeps moving averages (`use_ema`).
 
@@ -554,10 +586,7 @@ def keras_uses_ema(optimizer: Any) -> bool:
     in a thread of its own, so one replica may ask while another's `apply`
     is running.
     """
-    with _NO_EMA_LOCK:
-        if "_tf_lso_no_ema" in vars(optimizer):
-            return True
-        return bool(getattr(optimizer, "use_ema", False))
+    return bool(_unshadowed(optimizer, "use_ema", False))
 
 
 @contextlib.contextmanager
@@ -571,18 +600,8 @@ def keras_apply_without_ema(optimizer: Any) -> Iterator[None]:
     `apply` from one thread per replica, so the switch stays off until the
     last replica's call has returned.
     """
-    state = vars(optimizer)
-    with _NO_EMA_LOCK:
-        state["_tf_lso_no_ema"] = state.get("_tf_lso_no_ema", 0) + 1
-        state["use_ema"] = False
-    try:
+    with _shadowed(optimizer, "use_ema", False):
         yield
-    finally:
-        with _NO_EMA_LOCK:
-            state["_tf_lso_no_ema"] -= 1
-            if not state["_tf_lso_no_ema"]:
-                del state["_tf_lso_no_ema"]
-                state["use_ema"] = True
 
 
 def tf_keras_is_tf_keras() -> bool:
