@@ -338,28 +338,11 @@ class Packed:
         Args:
             values: Tensors shaped like `self.values` (default: our own).
         """
-        values = self.values if values is None else values
-        stacks = {entry.index for entry in self._plan
-                  if isinstance(entry, Stacked)}
-        flags, starts, size = [], [], 0
-        for index, value in enumerate(values):
-            finite = tf.math.is_finite(value)
-            if index in stacks:
-                finite = tf.reduce_all(
-                    tf.reshape(finite, [value.shape[0], -1]), axis=1)
-            else:
-                finite = tf.reshape(tf.reduce_all(finite), [1])
-            starts.append(size)
-            size += int(finite.shape[0])
-            flags.append(1 - tf.cast(finite, tf.int32))
-        flags.append(tf.zeros([1], tf.int32))  # At `size`: for `None`s.
-        order = [
-            size if entry is None
-            else starts[entry.index] + (
-                entry.position if isinstance(entry, Stacked) else 0)
-            for entry in self._plan
-        ]
-        return tf.gather(tf.concat(flags, 0), tf.constant(order, tf.int32))
+        def flags(rows: tf.Tensor) -> tf.Tensor:
+            finite = tf.reduce_all(tf.math.is_finite(rows), axis=1)
+            return 1 - tf.cast(finite, tf.int32)
+
+        return self._per_row(flags, tf.zeros([1], tf.int32), values)
 
     def per_gradient(self, reduce_fn: Callable[[tf.Tensor], tf.Tensor],
                      missing: Any,
@@ -381,18 +364,31 @@ class Packed:
         Returns:
             A float32 matrix: one row per gradient, one column per number.
         """
+        return self._per_row(
+            lambda rows: reduce_fn(tf.cast(rows, tf.float32)),
+            tf.constant([missing], tf.float32), values)
+
+    def _per_row(self, reduce_rows: Callable[[tf.Tensor], tf.Tensor],
+                 missing: tf.Tensor,
+                 values: Sequence[tf.Tensor] | None) -> tf.Tensor:
+        """`reduce_rows` of every packed value, rows in gradient order.
+
+        Each value is a matrix with one row per gradient it holds (a
+        stack's members; else its one gradient), elements flattened.
+        `reduce_rows` maps it to one result row per gradient, and one
+        gather puts them in gradient order, with `missing` (one row) for
+        `None` gradients.
+        """
         values = self.values if values is None else values
         stacks = {entry.index for entry in self._plan
                   if isinstance(entry, Stacked)}
         results, starts, size = [], [], 0
         for index, value in enumerate(values):
             rows = value.shape[0] if index in stacks else 1
-            result = reduce_fn(tf.reshape(tf.cast(value, tf.float32),
-                                          [rows, -1]))
+            results.append(reduce_rows(tf.reshape(value, [rows, -1])))
             starts.append(size)
             size += rows
-            results.append(result)
-        results.append(tf.constant([missing], tf.float32))
+        results.append(missing)  # At `size`: for `None`s.
         order = [
             size if entry is None
             else starts[entry.index] + (
