@@ -1,7 +1,7 @@
 """Tests for tf_lso._src.optimizer.apply_step: one step, applied or skipped.
 
 The optimizer-level behaviour (protocols, strategies, accumulation) is in
-loss_scale_optimizer_test.py and distribute_test.py; here the step runs on
+loss_scale_optimizer_test.py and replicas_test.py; here the step runs on
 its own, with each kind of loss scale.
 """
 

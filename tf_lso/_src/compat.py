@@ -267,7 +267,7 @@ def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
     policy._quantization_mode = None
 
 
-# -- TensorFlow's Trackable protocol (tf_lso/_src/checkpointing.py) ---------
+# -- TensorFlow's Trackable protocol (optimizer/checkpointing.py) -----------
 # TF 2.16-2.21. Checkpoints find an object's children through these private
 # methods. The one accepted exception to "private APIs only in compat.py":
 # `LossScaleOptimizer` and the views in
