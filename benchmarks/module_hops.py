@@ -9,7 +9,6 @@ step that built everything, and counts the calls that go from one tf_lso
 module into another (a "hop"), and the modules visited. TensorFlow's and
 Keras's own frames are not counted (a call through them into tf_lso counts
 from the last tf_lso module), and which module made each call.
-docs/architecture.md quotes the result.
 `--verbose` prints every hop.
 """
 
