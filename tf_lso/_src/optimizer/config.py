@@ -6,7 +6,7 @@ inner optimizer and a serialized loss scale, with `tf23_config`) for a loss
 scale that TF 2.4's arguments cannot describe; tf_lso's own settings and
 Keras 3's `name` are added only when set (`OPTIONAL_KEYS`). `read` checks a
 config and reads either format; nothing else spells the keys. The inner
-optimizer's config is its kind's (`inner_optimizer.deserialize`).
+optimizer's config is read by its kind (`wrapping.deserialize`).
 """
 
 from __future__ import annotations
