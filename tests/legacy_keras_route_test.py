@@ -498,6 +498,28 @@ def test_the_policy_wrap_is_tf_lso_experimental_class():
     assert float(model.optimizer.loss_scale()) == 128.0
 
 
+
+def test_a_recompile_keeps_the_wrapper_only_while_the_policy_does():
+    # The one rule of both routes (compile_hook_test.py has Keras 3's): the
+    # same optimizer recompiled keeps its wrapper while that wrapper's loss
+    # scale is the policy's; under another loss scale it is not reused
+    # (before, tf_keras's route kept it, silently ignoring the new scale).
+    tf_lso.install()
+    mp = tf.keras.mixed_precision.experimental
+    mp.set_policy(mp.Policy("mixed_float16", loss_scale=128))
+    inner = tf.keras.optimizers.SGD()
+    model = _model()
+    model.compile(inner, "mse")
+    wrapper = model.optimizer
+    assert isinstance(wrapper, mp.LossScaleOptimizer)
+    assert wrapper.inner_optimizer is inner
+    model.compile(inner, "mse")
+    assert model.optimizer is wrapper
+    mp.set_policy(mp.Policy("mixed_float16", loss_scale=256))
+    with pytest.raises(ValueError, match="already wrapped"):
+        model.compile(inner, "mse")
+    assert float(model.optimizer.loss_scale()) == 128.0
+
 @pytest.mark.parametrize("experimental", [True, False])
 @pytest.mark.parametrize("kind", inner_kinds.TF_KERAS_NAMES)
 def test_tf_keras_serialize_round_trip_trains_alike(experimental, kind):
