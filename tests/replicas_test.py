@@ -307,13 +307,21 @@ X = RNG.normal(size=(64, 4)).astype("float32")
 Y = RNG.normal(size=(64, 1)).astype("float32")
 
 
-def _fit(strategy, make_optimizer, x=X, y=Y, **compile_kwargs):
-    """Trains a small model for 2 epochs of 4 batches of 16 under `strategy`."""
+def _fit(strategy, make_optimizer, x=X, y=Y, synchronized_batch_norm=False,
+         **compile_kwargs):
+    """Trains a small model for 2 epochs of 4 batches of 16 under `strategy`.
+
+    With `synchronized_batch_norm`, the model's backward pass all-reduces
+    across replicas (a `merge_call`, where replica threads switch).
+    """
     with strategy.scope():
         keras.utils.set_random_seed(1)
+        batch_norm = ([keras.layers.BatchNormalization(synchronized=True)]
+                      if synchronized_batch_norm else [])
         model = keras.Sequential([
             keras.Input((4,)),
             keras.layers.Dense(8, activation="tanh"),
+            *batch_norm,
             keras.layers.Dense(1),
         ])
         optimizer = make_optimizer()
@@ -379,6 +387,30 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(test_util.num(opt.skipped_steps), 2)  # once per epoch
         self.assertEqual(float(opt.loss_scale), 256.0)
         self.assertEqual(test_util.num(opt.iterations), 8)
+
+    @parameterized.parameters("v2", "v1")
+    def test_a_merge_call_between_scale_loss_and_apply(self, kind):
+        # Regression: whether apply_gradients' gradients came from
+        # scale_loss was one flag for all replica threads; a synchronized
+        # BatchNormalization switches threads inside tape.gradient, so the
+        # first replica's apply_gradients cleared the flag before the
+        # second read it, and the second's gradients stayed scaled.
+        strategy = test_util.mirrored_strategy()
+
+        def make_optimizer():
+            if kind == "v1":
+                return tf_lso.experimental.LossScaleOptimizer(
+                    keras.optimizers.SGD(0.05), 1024)
+            return tf_lso.LossScaleOptimizer(
+                keras.optimizers.SGD(0.05), dynamic=False, initial_scale=1024)
+
+        actual, opt = _fit(strategy, make_optimizer,
+                           synchronized_batch_norm=True)
+        expected, _ = _fit(strategy, lambda: keras.optimizers.SGD(0.05),
+                           synchronized_batch_norm=True)
+        for a, e in zip(actual, expected):
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+        self.assertEqual(test_util.num(opt.skipped_steps), 0)
 
     def _nonfinite_replicas(self, strategy, x, y):
         """Which replicas see a non-finite squared error for this batch."""

@@ -498,6 +498,20 @@ def test_warns_when_built_under_a_bfloat16_policy(global_policy):
         tf_lso.experimental.LossScaleOptimizer(keras.optimizers.SGD(), 128)
 
 
+def test_a_warning_raised_as_an_error_leaves_the_optimizer_free(
+        global_policy):
+    # Regression: the optimizer was claimed before the warning, so after
+    # `-W error` raised it, no loss scale optimizer could wrap it again.
+    global_policy("mixed_bfloat16")
+    sgd = keras.optimizers.SGD()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tf_lso.LossScalingWarning)
+        with pytest.raises(tf_lso.LossScalingWarning):
+            tf_lso.LossScaleOptimizer(sgd)
+    global_policy("mixed_float16")
+    assert tf_lso.LossScaleOptimizer(sgd).inner_optimizer is sgd
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "float32"])
 def test_no_policy_warning_under_other_policies(global_policy, policy):
     global_policy(policy)

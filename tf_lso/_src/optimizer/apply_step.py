@@ -21,7 +21,9 @@ A fixed scale's rule needs no check: step 5 and the cond disappear, as in
 TF 2.4. A user's `LossScale` has no rule; steps 5 and 6 are then its
 `update(grads)`, as TF 2.4 called it. On a skipped step no variable or slot
 changes: the inner optimizer only counts the step, `skipped_steps` grows by
-one and the overflow record is updated.
+one and the overflow record is updated. With gradient accumulation a
+window's first non-finite call drops the window (its sums are zeroed) and
+is the one counted in `skipped_steps` (`Verdict.window`).
 """
 
 from __future__ import annotations
@@ -97,14 +99,17 @@ class ApplyStep(tf.Module):
 
     A `tf.Module`, so that a SavedModel of a traced step can track the
     variables it captures (`checkpointing.Layout`). Its state is
-    `tf.Variable`s; what the step reads in Python, while tracing, is two
-    values set elsewhere and never cleared:
+    `tf.Variable`s. Besides its arguments and frozen settings (the overflow
+    record's limits, whether the inner optimizer accumulates), the step
+    reads in Python, while tracing, two values that change and are never
+    cleared:
 
     * `report.enabled`: set by `LossScaleMonitor` (which retraces the train
-      function), read by `__call__`.
+      function), read by `__call__`; while it is set, the report adds its
+      variables per distinct variable list.
     * The overflow record's `variable_names`: `__call__` adds the names of
       each new variable list (a trace keeps its index); it grows only as
-      the program's variable lists do.
+      the program's distinct variable lists do.
 
     Args:
         inner: The `inner_optimizer.InnerOptimizer`.

@@ -150,30 +150,31 @@ class LossScaleOptimizer(
         self._loss_scale = loss_scale
         # What the protocol's calls hand to each other beside tensors: the
         # optimizer's only Python-side state, kept here and passed to the
-        # step as arguments.
-        # - Whether the next apply_gradients gets gradients of a loss that
-        #   scale_loss scaled (Keras 3's protocol): set by scale_loss, read
-        #   and cleared by apply_gradients, cleared by
-        #   get_unscaled_gradients and apply.
-        self._scaled_by_scale_loss = False
-        # - The Packed behind each list get_unscaled_gradients handed out in
-        #   a graph (up to 8), so that apply_gradients does not pack it
-        #   again: each taken by the apply_gradients it is passed to.
-        self._handed_out = packing.HandedOut()
-        # - Per thread and graph (up to 64): whether the loss scaled last
-        #   was finite, taken by the next apply_gradients or apply; and
-        #   whether get_scaled_loss's gradients are still due unscaling
-        #   (get_unscaled_gradients and `loss_scale` clear it), for
-        #   apply_gradients' warning.
+        # step as arguments (the step's own is in ApplyStep's docstring).
+        # - The loss scaled last in each thread (up to 64 threads): set by
+        #   get_scaled_loss and scale_loss (`_scaled`), taken (read and
+        #   cleared) by the next apply_gradients or apply in that thread.
+        #   It says whether its gradients are still scaled (scale_loss's,
+        #   until get_unscaled_gradients), so that apply_gradients unscales
+        #   them; for the graph it was scaled in, whether the loss was
+        #   finite (the skipped step's cause), and whether get_scaled_loss's
+        #   gradients are still due get_unscaled_gradients (reading
+        #   `loss_scale` clears that too), for apply_gradients' warning,
+        #   issued once per optimizer.
         self._seen_losses = training_health.SeenLosses()
+        # - The Packed behind each list get_unscaled_gradients handed out in
+        #   a graph, so that apply_gradients does not pack it again: taken
+        #   by the apply_gradients it is passed to (when the loss was not
+        #   scale_loss's); all dropped when a ninth is handed out.
+        self._handed_out = packing.HandedOut()
         # Not checkpointed: the layout stays TF 2.4's.
         self._overflow = training_health.OverflowRecord(
             max_consecutive_skips, print_overflows, stop_on_nonfinite_loss)
         self._step = apply_step.ApplyStep(inner, loss_scale, self._overflow)
         self._checkpoint = checkpointing.Layout(inner, loss_scale, self._step)
         forwarding.start_forwarding(self, inner)
-        wrapping.claim(inner)
         training_health.warn_if_bfloat16_policy(self.dynamic)
+        wrapping.claim(inner)  # Last: a failed construction claims nothing.
 
     def __repr__(self) -> str:
         cls = type(self)
@@ -391,12 +392,14 @@ class LossScaleOptimizer(
             return scaled_loss
         return self._scaled(loss)
 
-    def _scaled(self, loss: Any, unscale_due: bool = True) -> tf.Tensor:
+    def _scaled(self, loss: Any, by_scale_loss: bool = False) -> tf.Tensor:
         # The loss before scaling: a skipped step's record says whether it
         # was finite (`last_overflow.cause`), and whether its gradients
-        # are due `get_unscaled_gradients` (a `LossScalingWarning`).
+        # are due `get_unscaled_gradients` (a `LossScalingWarning`) or
+        # come to apply_gradients scaled (Keras 3's `scale_loss`).
         loss = tf.convert_to_tensor(loss)
-        self._seen_losses.see(loss, unscale_due)
+        self._seen_losses.see(loss, unscale_due=not by_scale_loss,
+                              still_scaled=by_scale_loss)
         return packing.scale_by(loss, self._loss_scale())
 
     def get_unscaled_gradients(
@@ -421,8 +424,7 @@ class LossScaleOptimizer(
         Returns:
             A list of unscaled gradients, in the same order.
         """
-        self._scaled_by_scale_loss = False
-        self._seen_losses.unscaling()
+        self._seen_losses.unscaled()
         packed = packing.pack(list(grads)).unscaled(self._loss_scale())
         return self._handed_out.remember(packed.unpack(), packed)
 
@@ -440,8 +442,7 @@ class LossScaleOptimizer(
         Returns:
             The scaled loss.
         """
-        self._scaled_by_scale_loss = True
-        return self._scaled(loss, unscale_due=False)
+        return self._scaled(loss, by_scale_loss=True)
 
     # -- Applying -----------------------------------------------------------
 
@@ -478,7 +479,7 @@ class LossScaleOptimizer(
                 optimizer is a tf_keras legacy one (the only kind that
                 updates variables there).
         """
-        scaled, self._scaled_by_scale_loss = self._scaled_by_scale_loss, False
+        scaled = self._seen_losses.still_scaled()
         if not scaled:
             self._seen_losses.warn_if_not_unscaled()
         grads_and_vars = tuple(grads_and_vars)
@@ -511,7 +512,6 @@ class LossScaleOptimizer(
                     "pass `trainable_variables`."
                 )
             trainable_variables = compat.keras_trainable_variables(self)
-        self._scaled_by_scale_loss = False
         self._step(grads, trainable_variables, scaled=True,
                    loss_nonfinite=self._seen_losses.take())
 

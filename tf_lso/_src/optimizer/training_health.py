@@ -18,6 +18,7 @@ below its smallest normal, and how many doublings the largest has left.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import inspect
 import math
 import os
@@ -423,20 +424,37 @@ def warn_if_bfloat16_policy(dynamic: bool | None) -> None:
             f"get_scaled_loss/get_unscaled_gradients). {_SILENCE}")
 
 
+@dataclasses.dataclass
+class _Seen:
+    """A thread's last scaled loss, as `SeenLosses` keeps it."""
+
+    graph: Any  # The graph it was scaled in, or None eagerly.
+    nonfinite: tf.Tensor  # A bool scalar: the loss had an Inf or NaN.
+    unscale_due: bool  # get_scaled_loss's: its gradients not yet unscaled.
+    still_scaled: bool  # scale_loss's: apply_gradients must unscale them.
+
+
 class SeenLosses:
-    """Whether the loss the optimizer last scaled was finite, per thread.
+    """The loss the optimizer last scaled, per thread, for the next apply.
 
     `get_scaled_loss` and `scale_loss` see the loss before it is scaled;
-    the `apply_gradients` that follows in the same thread and graph (each
-    replica of a `MirroredStrategy` runs in a thread of its own) takes the
-    verdict, for the record of a skipped step. Only a bool tensor is kept:
-    nothing is read back to the host, and a `tf.function` computes it next
-    to the loss.
+    the `apply_gradients` or `apply` that follows in the same thread and
+    graph (each replica of a `MirroredStrategy` runs in a thread of its own)
+    takes what was seen:
 
-    It also keeps whether a loss scaled by `get_scaled_loss` (TF 2.x's
-    protocol) is still due its unscaling (`unscaling` says it may have had
-    it), for `warn_if_not_unscaled`: a Python bool, looked at while
-    tracing.
+    * whether the loss was finite, for the record of a skipped step: a bool
+      tensor, so nothing is read back to the host, and a `tf.function`
+      computes it next to the loss;
+    * whether the gradients are still scaled (Keras 3's `scale_loss`, until
+      `get_unscaled_gradients`), so `apply_gradients` unscales them: a
+      Python bool, looked at while tracing, in any graph of the thread (the
+      loss may be scaled in one `tf.function` and applied in another, or
+      eagerly). Per thread because replica threads take turns at every
+      `merge_call`, which may come between one replica's `scale_loss` and
+      its `apply_gradients`;
+    * whether a loss scaled by `get_scaled_loss` (TF 2.x's protocol) is
+      still due its unscaling (`unscaling` says it may have had it), for
+      `warn_if_not_unscaled`: a Python bool, looked at while tracing.
     """
 
     # Replica threads each keep one until their apply takes it; threads
@@ -444,17 +462,16 @@ class SeenLosses:
     _MAX_ENTRIES = 64
 
     def __init__(self) -> None:
-        # thread id -> [the graph, or None eagerly; the verdict; whether
-        # the gradients are due `get_unscaled_gradients`]
-        self._entries: dict[int, list[Any]] = {}
-        self._warned = False
+        self._entries: dict[int, _Seen] = {}  # By thread id.
+        self._warned = False  # warn_if_not_unscaled warns once.
 
     @staticmethod
     def _graph() -> Any:
         return None if tf.executing_eagerly() else (
             tf.compat.v1.get_default_graph())
 
-    def see(self, loss: tf.Tensor, unscale_due: bool = False) -> None:
+    def see(self, loss: tf.Tensor, unscale_due: bool = False,
+            still_scaled: bool = False) -> None:
         """Keeps whether `loss` (a float tensor) has an Inf or NaN.
 
         Args:
@@ -462,25 +479,43 @@ class SeenLosses:
             unscale_due: Whether its gradients must go through
                 `get_unscaled_gradients` before `apply_gradients` (TF 2.x's
                 `get_scaled_loss`; not Keras 3's `scale_loss`).
+            still_scaled: Whether `apply_gradients` gets its gradients
+                scaled and unscales them (Keras 3's `scale_loss`).
         """
         thread = threading.get_ident()
         self._entries.pop(thread, None)
         if len(self._entries) >= self._MAX_ENTRIES:
             self._entries.pop(next(iter(self._entries)))
         nonfinite = tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))
-        self._entries[thread] = [self._graph(), nonfinite, unscale_due]
+        self._entries[thread] = _Seen(self._graph(), nonfinite, unscale_due,
+                                      still_scaled)
 
-    def _entry(self) -> list[Any] | None:
+    def _entry(self) -> _Seen | None:
         entry = self._entries.get(threading.get_ident())
-        return entry if entry is not None and entry[0] is self._graph() else (
+        return entry if entry is not None and entry.graph is self._graph() else (
             None)
 
     def unscaling(self) -> None:
-        """Says that the gradients of the loss seen last may be unscaled:
-        by `get_unscaled_gradients`, or by hand with the loss scale read."""
+        """Says that the gradients of the loss seen last may be unscaled by
+        hand, with the loss scale read."""
         entry = self._entry()
         if entry is not None:
-            entry[2] = False
+            entry.unscale_due = False
+
+    def unscaled(self) -> None:
+        """Says that `get_unscaled_gradients` unscaled the gradients of the
+        loss seen last."""
+        entry = self._entries.get(threading.get_ident())
+        if entry is not None:
+            entry.still_scaled = False
+        self.unscaling()
+
+    def still_scaled(self) -> bool:
+        """Whether the gradients of the loss seen last in this thread, in
+        any graph, are still scaled (by `scale_loss`, with no
+        `get_unscaled_gradients` since)."""
+        entry = self._entries.get(threading.get_ident())
+        return entry is not None and entry.still_scaled
 
     def warn_if_not_unscaled(self) -> None:
         """Warns (once) if `get_scaled_loss`'s loss was not unscaled since.
@@ -489,9 +524,9 @@ class SeenLosses:
         called while tracing, it adds nothing to the step.
         """
         entry = self._entry()
-        if entry is None or not entry[2] or self._warned:
+        if entry is None or not entry.unscale_due or self._warned:
             return
-        entry[2] = False
+        entry.unscale_due = False
         self._warned = True
         _warn(
             "apply_gradients got gradients, but the loss that get_scaled_loss "
@@ -505,14 +540,17 @@ class SeenLosses:
     def take(self) -> tf.Tensor | None:
         """The verdict on the loss last seen in this thread and graph.
 
+        Taking it ends what was seen: the next apply sees nothing, unless a
+        loss is scaled again.
+
         Returns:
             A bool scalar tensor (True: not finite), or None if no loss was
             seen since the last apply. Each verdict is taken once.
         """
         entry = self._entries.pop(threading.get_ident(), None)
-        if entry is None or entry[0] is not self._graph():
+        if entry is None or entry.graph is not self._graph():
             return None
-        return entry[1]
+        return entry.nonfinite
 
 
 # float16's smallest normal number and its largest finite one.
