@@ -214,8 +214,10 @@ class LossScaleOptimizer(
     def skipped_steps(self) -> tf.Variable:
         """The int64 number of steps skipped for non-finite gradients.
 
-        Counts the steps skipped since this optimizer was created (it is not
-        saved in checkpoints, whose layout stays TF 2.4's). A tf_lso
+        Counts the steps skipped since this optimizer was created, or since
+        the training its `.keras` or `.weights.h5` file was saved from began
+        (it is not in `tf.train.Checkpoint`s, whose layout stays TF 2.4's:
+        add it as an entry of its own to keep it there). A tf_lso
         addition: neither TF nor Keras 3 report skipped steps. Under a
         distribution strategy it is a `MirroredVariable`: read it with
         `int(opt.skipped_steps.numpy())`.
