@@ -983,6 +983,25 @@ class GradientAccumulationTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(test_util.num(opt.dynamic_counter), 0)
 
     @test_util.EAGER_AND_FUNCTION
+    def test_accumulation_turned_on_after_wrapping_is_refused(
+            self, use_tf_function):
+        # Regression: the step failed inside with an unrelated error
+        # (tf.convert_to_tensor of None), Keras having built accumulators.
+        var = tf.Variable([1.0, -1.0])
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.5))
+        opt.gradient_accumulation_steps = 2
+        step = test_util.maybe_function(
+            lambda: opt.apply_gradients([(tf.constant([1.0, 1.0]), var)]),
+            use_tf_function)
+        with self.assertRaisesRegex(
+                ValueError, r"gradient_accumulation_steps=2 was set on the "
+                r"inner optimizer after .*gradient_accumulation_steps=2\)\)"):
+            step()
+        self.assertAllEqual(var, [1.0, -1.0])
+        self.assertFalse(opt.inner_optimizer.built)
+        self.assertEqual(test_util.num(opt.iterations), 0)
+
+    @test_util.EAGER_AND_FUNCTION
     def test_accumulators_stay_finite_mid_window(self, use_tf_function):
         def make():
             var = tf.Variable([1.0, -1.0])

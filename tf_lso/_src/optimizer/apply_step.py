@@ -169,6 +169,7 @@ class ApplyStep(tf.Module):
         replicas.check_strategy_supported()
         wrapping.check_graph(self._inner)
         packing.check_grads_and_vars(grads, var_list)
+        self._check_accumulation()
         # 2. Build.
         replicas.create_variables(self._inner.build, var_list)
         self._inner.check_variables(var_list)
@@ -203,6 +204,23 @@ class ApplyStep(tf.Module):
             verdict.should_apply, apply, _one_op(skip) if v1_graph else skip,
             args=(packed.values, packed.aux, var_list), false_args=(skipped,))
         return replicas.grouped((verdict.update_op, step_op)) if v1_graph else None
+
+    def _check_accumulation(self) -> None:
+        """Step 1: accumulation is what it was when the step was made.
+
+        A window's state (`window_overflowed`) exists only if the inner
+        optimizer accumulated then.
+        """
+        steps = self._inner.accumulation_steps
+        if steps and self.window_overflowed is None:
+            raise ValueError(
+                f"gradient_accumulation_steps={steps} was set on the inner "
+                "optimizer after it was wrapped in a loss scale optimizer, "
+                "which keeps the state of an accumulation window only if the "
+                "inner optimizer accumulated when wrapped. Set it on the "
+                "inner optimizer before wrapping it, e.g. "
+                "tf_lso.LossScaleOptimizer(keras.optimizers.SGD(..., "
+                f"gradient_accumulation_steps={steps})).")
 
     def _apply(self, values: list[tf.Tensor], aux: Any,
                var_list: list[tf.Variable], *, packed: packing.Packed,
