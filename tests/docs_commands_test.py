@@ -59,6 +59,8 @@ NOT_RUN = {
         _BENCHMARK,
     ".venv/bin/python benchmarks/compare_revisions.py cec6ba3 --rounds 25":
         _BENCHMARK,
+    ".venv/bin/python benchmarks/compare_revisions.py 6ed5b01 --rounds 25":
+        _BENCHMARK,
     ".venv/bin/python benchmarks/gradient_report.py --rounds 15": _BENCHMARK,
     ".venv/bin/python benchmarks/ablation.py --marker candidates --shapes "
     '"10 independent vars" "MLP 100 layers x 32 (200 vars)" "Keras Dense '
