@@ -356,6 +356,26 @@ def test_keras_learning_rate_schedule_hook():
     assert compat.keras_learning_rate_schedule(keras.optimizers.SGD(0.1)) is None
 
 
+def test_keras_optimizer_into_strategy_hook():
+    import test_util
+
+    strategy = test_util.mirrored_strategy()
+    optimizer = keras.optimizers.SGD(0.5, momentum=0.9)  # Outside the scope.
+    iterations = optimizer.iterations
+    iterations.assign(3)
+    with strategy.scope():
+        var = tf.Variable([1.0, 2.0])
+        compat.keras_optimizer_into_strategy(optimizer)
+        optimizer.build([var])  # Slots: "Mixing different strategies" before.
+    assert optimizer._distribution_strategy is strategy
+    assert optimizer.iterations is iterations  # The same Keras variable,
+    for variable in optimizer.variables:  # now stored in the strategy.
+        assert strategy.extended.variable_created_in_scope(variable.value)
+    assert test_util.local_values(strategy, iterations) == [3, 3]
+    assert test_util.local_values(strategy, optimizer.learning_rate) == [
+        0.5, 0.5]
+
+
 def test_keras_accumulation_hooks():
     import keras
 

@@ -4,6 +4,8 @@ Custom loops and `fit` under MirroredStrategy (two logical CPUs) and
 OneDeviceStrategy; multi-worker runs are in multi_worker_test.py.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from absl.testing import parameterized
 import tf_lso
 from tf_lso._src.gradients import packing as gradients
 from tf_lso._src.gradients import replicas
+from tf_lso._src.legacy_api import compile_hook
 
 import test_util
 
@@ -308,12 +311,16 @@ Y = RNG.normal(size=(64, 1)).astype("float32")
 
 
 def _fit(strategy, make_optimizer, x=X, y=Y, synchronized_batch_norm=False,
-         **compile_kwargs):
+         outside=(), **compile_kwargs):
     """Trains a small model for 2 epochs of 4 batches of 16 under `strategy`.
 
     With `synchronized_batch_norm`, the model's backward pass all-reduces
     across replicas (a `merge_call`, where replica threads switch).
+    `outside` names what is done outside `strategy.scope()`: "optimizer"
+    (made before the model), "compile".
     """
+    if "optimizer" in outside:
+        optimizer = make_optimizer()
     with strategy.scope():
         keras.utils.set_random_seed(1)
         batch_norm = ([keras.layers.BatchNormalization(synchronized=True)]
@@ -324,10 +331,13 @@ def _fit(strategy, make_optimizer, x=X, y=Y, synchronized_batch_norm=False,
             *batch_norm,
             keras.layers.Dense(1),
         ])
-        optimizer = make_optimizer()
+        if "optimizer" not in outside:
+            optimizer = make_optimizer()
+    with (contextlib.nullcontext() if "compile" in outside
+          else strategy.scope()):
         model.compile(optimizer, "mse", **compile_kwargs)
     model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
-    return [w.numpy() for w in model.weights], optimizer
+    return [w.numpy() for w in model.weights], model.optimizer
 
 
 class FitTest(tf.test.TestCase, parameterized.TestCase):
@@ -387,6 +397,61 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(test_util.num(opt.skipped_steps), 2)  # once per epoch
         self.assertEqual(float(opt.loss_scale), 256.0)
         self.assertEqual(test_util.num(opt.iterations), 8)
+
+    @parameterized.parameters(("v2", ("optimizer",)),
+                              ("v1", ("optimizer", "compile")))
+    def test_an_optimizer_made_outside_the_scope(self, kind, outside):
+        # As in the scope: one batch of each epoch overflows on replica 1
+        # and is skipped once, Adam's bias correction counts each step once.
+        strategy = test_util.mirrored_strategy()
+        y = Y.copy()
+        y[24:32] = 3e38
+
+        def make_optimizer():
+            if kind == "v1":
+                return tf_lso.experimental.LossScaleOptimizer(
+                    keras.optimizers.Adam(0.01),
+                    tf_lso.experimental.DynamicLossScale(1024.0, 2))
+            return tf_lso.LossScaleOptimizer(keras.optimizers.Adam(0.01),
+                                             initial_scale=1024,
+                                             dynamic_growth_steps=2)
+
+        expected, inside = _fit(strategy, make_optimizer, y=y)
+        actual, opt = _fit(strategy, make_optimizer, y=y, outside=outside)
+        for a, e in zip(actual, expected):
+            np.testing.assert_array_equal(a, e)
+        for optimizer in (opt, inside):
+            self.assertEqual(test_util.num(optimizer.skipped_steps), 2)
+            self.assertEqual(test_util.num(optimizer.iterations), 8)
+            # Halved twice, doubled twice (growth period 2).
+            self.assertEqual(float(optimizer.loss_scale), 1024.0)
+
+    def test_the_policy_wrap_compiled_outside_the_scope(self):
+        # TF 2.1-2.3's policy with a loss scale: compile wraps the
+        # optimizer, here outside the scope.
+        strategy = test_util.mirrored_strategy()
+        y = Y.copy()
+        y[24:32] = 3e38
+        tf_lso.experimental.set_policy(tf_lso.experimental.Policy(
+            "float32", loss_scale=tf_lso.experimental.DynamicLossScale(
+                1024.0, 2)))
+        try:
+            expected, inside = _fit(strategy,
+                                    lambda: keras.optimizers.Adam(0.01), y=y)
+            actual, outside = _fit(strategy,
+                                   lambda: keras.optimizers.Adam(0.01), y=y,
+                                   outside=("optimizer", "compile"))
+        finally:
+            tf_lso.experimental.set_policy("float32")
+            compile_hook.disable()
+        for a, e in zip(actual, expected):
+            np.testing.assert_array_equal(a, e)
+        for optimizer in (inside, outside):
+            self.assertIsInstance(optimizer,
+                                  tf_lso.experimental.LossScaleOptimizer)
+            self.assertEqual(test_util.num(optimizer.skipped_steps), 2)
+            self.assertEqual(test_util.num(optimizer.iterations), 8)
+            self.assertEqual(float(optimizer.loss_scale()), 1024.0)
 
     @parameterized.parameters("v2", "v1")
     def test_a_merge_call_between_scale_loss_and_apply(self, kind):
@@ -480,6 +545,211 @@ class ClippingTest(tf.test.TestCase, parameterized.TestCase):
         actual, _ = _fit(test_util.mirrored_strategy(), lambda: make(True))
         for a, e in zip(actual, expected):
             np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+
+
+# Where each piece of a custom loop's optimizer is made: inside
+# `strategy.scope()` or outside, before or after the model's variables.
+# "wrapper_out" is TensorSpeech/TensorFlowTTS's trainer: the model and the
+# inner optimizer inside the scope, the loss scale optimizer outside.
+LAYOUTS = {
+    "all_in": dict(inner="in", wrapper="in"),
+    "wrapper_out": dict(inner="in", wrapper="out"),
+    "inner_out": dict(inner="out", wrapper="in"),
+    "all_out": dict(inner="out", wrapper="out"),
+    "all_out_before_the_model": dict(inner="out", wrapper="out",
+                                     before_the_model=True),
+    "loss_scale_out": dict(inner="in", wrapper="in", loss_scale="out"),
+    "from_config_out": dict(inner="in", wrapper="in", rebuilt="out"),
+}
+
+
+class WhereTheOptimizerIsMadeTest(tf.test.TestCase, parameterized.TestCase):
+    """Wherever it is made, the state changes once per step (issue 59).
+
+    TF 2.4 updated its loss scale in a cross-replica context, so a loss
+    scale optimizer made outside `strategy.scope()` trained as one made
+    inside. Two replicas, five steps; on the second, replica 1's loss and
+    gradient are NaN. Every layout must move as one replica would: the
+    golden values below.
+    """
+
+    # After each step: (loss scale, counter, iterations, skipped steps,
+    # the variable). One replica taking the summed gradient, 2.0 per
+    # element, with SGD(0.25): -0.5 per applied step.
+    GOLDEN = [
+        (32768.0, 1, 1, 0, [0.5, 1.5]),
+        (16384.0, 0, 2, 1, [0.5, 1.5]),
+        (16384.0, 1, 3, 1, [0.0, 1.0]),
+        (32768.0, 0, 4, 1, [-0.5, 0.5]),
+        (32768.0, 1, 5, 1, [-1.0, 0.0]),
+    ]
+
+    def _made(self, layout, cls, kind):
+        """The variable and the optimizer, made as `layout` says."""
+        strategy = test_util.mirrored_strategy()
+        where = {"in": strategy.scope, "out": contextlib.nullcontext}
+        settings = LAYOUTS[layout]
+        made = {}
+
+        def make_variable():
+            with strategy.scope():
+                made["var"] = tf.Variable([1.0, 2.0], name="var")
+
+        if not settings.get("before_the_model"):
+            make_variable()
+        with where[settings.get("loss_scale", "in")]():
+            loss_scale = tf_lso.experimental.DynamicLossScale(32768.0, 2)
+        with where[settings["inner"]]():
+            inner = _inner(kind, 0.25)
+        with where[settings["wrapper"]]():
+            if cls == "v1":
+                opt = tf_lso.experimental.LossScaleOptimizer(inner,
+                                                             loss_scale)
+            else:
+                opt = tf_lso.LossScaleOptimizer(inner,
+                                                dynamic_growth_steps=2)
+        if "rebuilt" in settings:
+            with where[settings["rebuilt"]]():
+                opt = type(opt).from_config(opt.get_config())
+        if settings.get("before_the_model"):
+            make_variable()
+        return made["var"], opt
+
+    def _trajectory(self, var, opt, use_tf_function):
+        strategy = test_util.mirrored_strategy()
+
+        def replica_step(bad):
+            x = tf.where(bad & (test_util.replica_id() > 0), NAN, 1.0)
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(tf.reduce_sum(var * x))
+            grads = opt.get_unscaled_gradients(tape.gradient(scaled, [var]))
+            opt.apply_gradients(zip(grads, [var]))
+
+        run = test_util.maybe_function(
+            lambda bad: strategy.run(replica_step, args=(bad,)),
+            use_tf_function)
+        trajectory = []
+        for bad in (False, True, False, False, False):
+            run(tf.constant(bad))
+            copies = test_util.local_values(strategy, var)
+            self.assertAllEqual(copies[0], copies[1])
+            trajectory.append((
+                float(opt.loss_scale), test_util.num(opt.dynamic_counter),
+                test_util.num(opt.iterations),
+                test_util.num(opt.skipped_steps), copies[0].tolist()))
+        return trajectory
+
+    @parameterized.product(
+        layout=list(LAYOUTS), cls=["v1", "v2"], use_tf_function=[False, True])
+    def test_a_keras_inner_optimizer(self, layout, cls, use_tf_function):
+        if cls == "v2" and "loss_scale" in LAYOUTS[layout]:
+            self.skipTest("tf_lso.LossScaleOptimizer makes its loss scale.")
+        var, opt = self._made(layout, cls, "keras")
+        self.assertEqual(self._trajectory(var, opt, use_tf_function),
+                         self.GOLDEN)
+        # The overflow record is written once too.
+        self.assertEqual(opt.last_overflow,
+                         tf_lso.Overflow(1, 1, ("var:0",), 1, "loss"))
+        self.assertEqual(test_util.num(opt.nonfinite_loss_steps), 1)
+
+    @parameterized.product(
+        layout=["wrapper_out", "all_out"],
+        kind=["tf_keras", "tf_keras_legacy"], use_tf_function=[False, True])
+    def test_a_tf_keras_inner_optimizer(self, layout, kind, use_tf_function):
+        var, opt = self._made(layout, "v1", kind)
+        self.assertEqual(self._trajectory(var, opt, use_tf_function),
+                         self.GOLDEN)
+
+    @parameterized.parameters("wrapper_out", "all_out")
+    def test_an_accumulation_window(self, layout):
+        # Keras 3 accumulates only eagerly under MirroredStrategy.
+        if not test_util.keras_has_gradient_accumulation():
+            self.skipTest("Keras 3.4+ accumulates gradients.")
+        strategy = test_util.mirrored_strategy()
+
+        def made(layout):
+            settings = LAYOUTS[layout]
+            with strategy.scope():
+                var = tf.Variable([1.0, 2.0], name="var")
+            with {"in": strategy.scope,
+                  "out": contextlib.nullcontext}[settings["inner"]]():
+                inner = keras.optimizers.SGD(0.25,
+                                             gradient_accumulation_steps=2)
+            with {"in": strategy.scope,
+                  "out": contextlib.nullcontext}[settings["wrapper"]]():
+                opt = tf_lso.LossScaleOptimizer(inner,
+                                                dynamic_growth_steps=1)
+            return var, opt
+
+        def states(var, opt):
+            def replica_step(bad):
+                x = tf.where(bad & (test_util.replica_id() > 0), NAN, 1.0)
+                opt.apply_gradients([(tf.fill([2], x), var)])
+
+            result = []
+            # Windows of two calls: (finite, NaN) is skipped once, then
+            # (finite, finite) applies and grows the scale.
+            for bad in (False, True, False, False):
+                strategy.run(replica_step, args=(tf.constant(bad),))
+                result.append((
+                    float(opt.loss_scale), test_util.num(opt.skipped_steps),
+                    test_util.num(opt._step.window_overflowed),
+                    test_util.local_values(strategy, var)[0].tolist()))
+            return result
+
+        expected = [(32768.0, 0, False, [1.0, 2.0]),
+                    (16384.0, 1, False, [1.0, 2.0]),
+                    (16384.0, 1, False, [1.0, 2.0]),
+                    (32768.0, 1, False, [0.5, 1.5])]
+        self.assertEqual(states(*made("all_in")), expected)
+        self.assertEqual(states(*made(layout)), expected)
+
+
+class CountingLossScale(tf_lso.experimental.LossScale):
+    """A TF 2.4 user's loss scale: its own variable, default aggregation."""
+
+    def __init__(self):
+        super().__init__()
+        self.updates = tf.Variable(0, dtype=tf.int64, name="updates")
+        self.contexts = []
+
+    def __call__(self):
+        return tf.constant(8.0)
+
+    def update(self, grads):
+        self.contexts.append(tf.distribute.in_cross_replica_context())
+        self.updates.assign_add(1)
+        return None if tf.executing_eagerly() else tf.no_op(), True
+
+    def get_config(self):
+        return {}
+
+
+class UserLossScaleTest(tf.test.TestCase, parameterized.TestCase):
+    """TF 2.4 called a user's `LossScale.update` once per step, in a
+    cross-replica context, with every replica's gradients."""
+
+    @parameterized.product(scope=["in", "out"], use_tf_function=[False, True])
+    def test_update_runs_once_per_step(self, scope, use_tf_function):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var = tf.Variable(1.0)
+        with strategy.scope() if scope == "in" else contextlib.nullcontext():
+            loss_scale = CountingLossScale()
+        with strategy.scope():
+            opt = tf_lso.experimental.LossScaleOptimizer(
+                keras.optimizers.SGD(0.25), loss_scale)
+        run = test_util.maybe_function(
+            lambda: strategy.run(
+                lambda: opt.apply_gradients([(tf.constant(1.0), var)])),
+            use_tf_function)
+        for _ in range(3):
+            run()
+        self.assertEqual(test_util.local_values(strategy, loss_scale.updates),
+                         [3] * len(strategy.experimental_local_results(
+                             loss_scale.updates)))
+        self.assertEqual(set(loss_scale.contexts), {True})
+        self.assertEqual(test_util.local_values(strategy, var), [-0.5, -0.5])
 
 
 class AllFiniteTest(tf.test.TestCase, parameterized.TestCase):

@@ -415,6 +415,44 @@ def keras_step_counter(optimizer: Any) -> Any:
     return optimizer._iterations
 
 
+def keras_optimizer_into_strategy(optimizer: Any) -> None:
+    """Makes a Keras 3 optimizer constructed outside the current strategy's
+    scope one of the strategy's, as if constructed in it.
+
+    A Keras 3 optimizer keeps the strategy it was constructed in and
+    creates `iterations` (and a float learning rate) then. Constructed
+    outside `strategy.scope()`, it holds plain tf.Variables, which every
+    replica of a MirroredStrategy writes (a bare Keras 3 optimizer counts
+    each step once per replica), and it cannot create slots under the
+    strategy ("Mixing different tf.distribute.Strategy objects"). TF 2.4's
+    optimizers created their variables at the first step, in the strategy.
+    Here the optimizer takes the current strategy, and each variable made
+    outside it gets a copy made in it, with its value; the Keras variable
+    stays the same object, so `optimizer.iterations`, checkpoints and files
+    keep it.
+
+    Private: Keras 3.8 to 3.15's TensorFlow optimizer keeps its strategy in
+    `_distribution_strategy`, and its TensorFlow `Variable` keeps the
+    tf.Variable in `_value`. Call it in a cross-replica context.
+    """
+    import tensorflow as tf
+
+    strategy = tf.distribute.get_strategy()
+    if optimizer._distribution_strategy is strategy:
+        return
+    optimizer._distribution_strategy = strategy
+    for variable in optimizer.variables:
+        storage = variable._value
+        if strategy.extended.variable_created_in_scope(storage):
+            continue
+        with tf.init_scope():
+            variable._value = tf.Variable(
+                storage.read_value(), name=variable.name,
+                dtype=storage.dtype, trainable=storage.trainable,
+                aggregation=storage.aggregation,
+                synchronization=storage.synchronization)
+
+
 def keras_gradient_accumulators(optimizer: Any,
                                 var_list: Iterable[Any]) -> list[Any]:
     """The gradient accumulators of `var_list` in a built Keras 3 optimizer.

@@ -260,6 +260,34 @@ def grouped(result: Any) -> tf.Operation:
     return tf.group(*[t for t in tf.nest.flatten(result) if t is not None])
 
 
+def assign_state(assignments: Sequence[tuple[tf.Variable, Any]]) -> list[Any]:
+    """Assigns each value to its `state_variable`, once per step.
+
+    Every replica computes the same values. A state variable made in the
+    strategy's scope takes the first replica's write. One made outside it
+    (a loss scale optimizer made before `strategy.scope()`) is a single
+    variable that every replica shares: in a replica context it is written
+    once, in a cross-replica context, as TF 2.4 updated its loss scales.
+
+    Args:
+        assignments: `(variable, value)` pairs.
+
+    Returns:
+        The assign ops (None entries eagerly).
+    """
+
+    def assign(*values: Any) -> list[Any]:
+        return [variable.assign(first_replica(value), read_value=False)
+                for (variable, _), value in zip(assignments, values)]
+
+    values = [value for _, value in assignments]
+    if tf.distribute.has_strategy() and not all(
+            tf.distribute.get_strategy().extended.variable_created_in_scope(
+                variable) for variable, _ in assignments):
+        return in_cross_replica_context(assign, *values)
+    return assign(*values)
+
+
 def state_variable(initial_value: Any, dtype: tf.DType,
                    name: str) -> tf.Variable:
     """A non-trainable variable that every replica sets to the same value."""

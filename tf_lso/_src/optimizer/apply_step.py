@@ -311,8 +311,11 @@ class ApplyStep(tf.Module):
                 f"DynamicLossScale. Received: loss_scale="
                 f"{self._loss_scale!r}. Accumulate gradients yourself, "
                 "or use one of those two classes.")
-        if rule is None:  # A user's update: TF 2.4 called it every step.
-            update_op, should_apply = self._loss_scale.update(packed.unpack())
+        if rule is None:
+            # A user's update, as TF 2.4 called it: once a step, in a
+            # cross-replica context, with every replica's gradients.
+            update_op, should_apply = replicas.in_cross_replica_context(
+                self._loss_scale.update, packed.unpack())
             return Verdict(update_op, should_apply, packed, None)
         if not rule.checks:  # A fixed scale applies every step (TF 2.4).
             update_op = None if tf.executing_eagerly() else tf.no_op()

@@ -456,10 +456,8 @@ def advance(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
     if active is not None:
         new_scale = tf.where(active, new_scale, scale)
         new_count = tf.where(active, new_count, count)
-    ops = [
-        loss_scale.current_loss_scale.assign(new_scale, read_value=False),
-        loss_scale.good_steps.assign(new_count, read_value=False),
-    ]
+    ops = replicas.assign_state([(loss_scale.current_loss_scale, new_scale),
+                                 (loss_scale.good_steps, new_count)])
     if tf.executing_eagerly():
         return None, is_finite
     # A Tensor, as TF's update op was, so `tf.identity(update_op)` works

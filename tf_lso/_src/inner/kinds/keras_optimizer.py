@@ -60,6 +60,9 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         return replicas.all_reduced(packed), False
 
     def build(self, var_list: list) -> None:
+        if tf.distribute.has_strategy():
+            # One constructed outside `strategy.scope()` (TF 2.4 allowed it).
+            compat.keras_optimizer_into_strategy(self.optimizer)
         if not self.optimizer.built:
             with keras.name_scope(self.optimizer.name, caller=self.optimizer):
                 self.optimizer.build(var_list)
