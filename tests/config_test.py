@@ -7,6 +7,7 @@ import tf_lso
 from tf_lso._src.optimizer import config as optimizer_config
 
 import inner_kinds
+import test_util
 
 
 def test_upgrade_tf2_3_config():
@@ -56,3 +57,20 @@ def test_custom_tf_keras_inner_optimizer(kind, how):
     assert type(restored.inner_optimizer) is CustomSGD
     assert float(restored.learning_rate) == 0.5
     assert restored.initial_scale == 4.0
+
+
+@pytest.mark.parametrize("kind", inner_kinds.NAMES)
+@pytest.mark.parametrize("cls", ["v1", "v2"])
+def test_every_class_rebuilds_from_its_own_config(kind, cls):
+    # TF 2.1-2.3's config check: `type(opt).from_config(opt.get_config())`.
+    # Around a tf_keras optimizer, type(opt) is a subclass of the class
+    # called; before issue 59 its from_config built an object whose
+    # __init__ never ran.
+    inner = inner_kinds.sgd(kind, 2.0, momentum=0.5)
+    if cls == "v1":
+        public = tf_lso.experimental.LossScaleOptimizer
+        opt = public(inner, tf_lso.experimental.DynamicLossScale(2, 3))
+    else:
+        public = tf_lso.LossScaleOptimizer
+        opt = public(inner, initial_scale=2, dynamic_growth_steps=3)
+    test_util.assert_rebuilds_alike(opt, {type(opt), public})

@@ -136,6 +136,42 @@ def keras_has_gradient_accumulation():
         keras.optimizers.SGD).parameters
 
 
+def _settings(opt):
+    """What a loss scale optimizer is, beyond its variables."""
+    loss_scale = opt._loss_scale
+    return (type(opt), type(opt.inner_optimizer), type(loss_scale),
+            loss_scale.get_config(), opt.dynamic, opt.initial_scale,
+            opt.dynamic_growth_steps, opt.get_config())
+
+
+def _training(opt):
+    """Three eager steps of `opt` on a new variable (the second skipped),
+    and the state after each."""
+    var = tf.Variable([5.0, 6.0])
+    states = []
+    for grad in (1.0, float("nan"), 2.0):
+        opt.apply_gradients([(tf.fill([2], grad), var)])
+        counter = opt.dynamic_counter
+        states.append((var.numpy().tolist(), num(opt.iterations),
+                       float(tf.convert_to_tensor(opt.loss_scale)),
+                       None if counter is None else num(counter),
+                       num(opt.skipped_steps)))
+    return states
+
+
+def assert_rebuilds_alike(opt, classes):
+    """`cls.from_config(opt.get_config())` is `opt` again for each class:
+    equal in config, attributes and training steps (issue 59). Trains
+    `opt`."""
+    rebuilt = {cls: cls.from_config(opt.get_config()) for cls in classes}
+    settings = _settings(opt)
+    for cls, other in rebuilt.items():
+        assert _settings(other) == settings, (cls, _settings(other))
+    steps = _training(opt)
+    for cls, other in rebuilt.items():
+        assert _training(other) == steps, cls
+
+
 class _OptionalTfKeras:
     """`tf_keras`, imported when first used; skips the test if it is missing.
 

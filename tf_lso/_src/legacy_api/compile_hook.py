@@ -120,7 +120,7 @@ def _enable_tf_keras() -> None:
     # tf_lso's optimizers in files.
     for cls in (v2.LossScaleOptimizer, v1.LossScaleOptimizerV1):
         for legacy in (False, True):
-            tf_keras_kinds.tf_keras_wrapper_class(cls, legacy)
+            tf_keras_kinds.tf_keras_wrapper_class(cls, legacy=legacy)
     model_class = tf_keras.Model
     original = vars(model_class).get("compile")
     if original is None or _original_of(original):

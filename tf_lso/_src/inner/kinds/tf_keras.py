@@ -86,7 +86,7 @@ _CLASS_BOOKKEEPING = frozenset({
 
 
 @functools.cache
-def tf_keras_wrapper_class(wrapper: type, legacy: bool) -> type:
+def tf_keras_wrapper_class(wrapper: type, *, legacy: bool) -> type:
     """`wrapper` (a tf_lso loss scale optimizer class), as tf_keras takes it.
 
     A subclass of `wrapper` and of what tf_keras's own loss scale optimizer
@@ -105,7 +105,7 @@ def tf_keras_wrapper_class(wrapper: type, legacy: bool) -> type:
     """
     made_from = vars(wrapper).get("_tf_keras_made_from")
     if made_from is not None:  # Made here: the class it was made from.
-        return tf_keras_wrapper_class(made_from, legacy)
+        return tf_keras_wrapper_class(made_from, legacy=legacy)
     tf_keras = importlib.import_module("tf_keras")
     optimizer_base = (tf_keras.optimizers.legacy.Optimizer if legacy
                       else tf_keras.optimizers.Optimizer)
