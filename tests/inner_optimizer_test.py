@@ -292,6 +292,78 @@ class TfKerasInnerTest(tf.test.TestCase, parameterized.TestCase):
         step()
         self.assertEqual(float(var), 4.0)
         self.assertGreater(opt.inner_optimizer.calls, 0)  # Per trace.
+        # Its second place is the flag passed by keyword: a name given is
+        # dropped, not passed there too.
+        test_util.maybe_function(
+            lambda: opt.apply_gradients([(tf.constant(1.0), var)], "named"),
+            use_tf_function)()
+        self.assertEqual(float(var), 3.0)
+
+
+def _clipping(kind):
+    """TensorSpeech/TensorFlowTTS's AdamWeightDecay, as SGD of `kind`: its
+    `apply_gradients` takes a clip norm where TF's takes `name`."""
+
+    class ClippingSGD(type(inner_kinds.sgd(kind))):
+        def apply_gradients(self, grads_and_vars, clip_norm=0.5, **kwargs):
+            grads, variables = zip(*grads_and_vars)
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+            return super().apply_gradients(zip(grads, variables), **kwargs)
+
+    return ClippingSGD(1.0)
+
+
+class NameArgumentTest(tf.test.TestCase, parameterized.TestCase):
+    """TF 2.2-2.4 passed `apply_gradients`' `name` to the inner optimizer's
+    as its second positional argument (issue 59)."""
+
+    @parameterized.product(kind=inner_kinds.NAMES, cls=["v1", "v2"],
+                           strategy=["default", "mirrored"],
+                           use_tf_function=[False, True])
+    def test_a_subclass_gets_it_in_the_place_of_name(self, kind, cls, strategy,
+                                                     use_tf_function):
+        strategy = test_util.STRATEGIES[strategy]()
+        with strategy.scope():
+            var = tf.Variable(5.0)
+            inner = _clipping(kind)
+            opt = (tf_lso.experimental.LossScaleOptimizer(inner, 4) if
+                   cls == "v1" else
+                   tf_lso.LossScaleOptimizer(inner, initial_scale=4))
+
+        def step(clip_norm, minimize):
+            def replica_step():
+                if minimize:
+                    return opt.minimize(lambda: var * 2.0, [var],
+                                        name=clip_norm)
+                # Each replica's gradient is 2.0: summed, 2.0 per replica.
+                grads = [tf.constant(2.0 / strategy.num_replicas_in_sync)]
+                return opt.apply_gradients(zip(grads, [var]), clip_norm)
+
+            return strategy.run(replica_step)
+
+        step = test_util.maybe_function(step, use_tf_function)
+        step(1.0, False)  # The summed gradient 2.0, clipped at 1.0.
+        self.assertEqual(test_util.local_values(strategy, var),
+                         [4.0] * strategy.num_replicas_in_sync)
+        step(None, False)  # No name: the override's default, 0.5.
+        self.assertEqual(test_util.local_values(strategy, var),
+                         [3.5] * strategy.num_replicas_in_sync)
+        step(0.25, True)  # `minimize(..., name=...)` passes it on too.
+        self.assertAllClose(test_util.local_values(strategy, var),
+                            [3.25] * strategy.num_replicas_in_sync)
+
+    @parameterized.product(kind=inner_kinds.NAMES,
+                           use_tf_function=[False, True])
+    def test_an_optimizer_that_takes_no_name_gets_none(self, kind,
+                                                       use_tf_function):
+        # Keras 3's apply_gradients takes no name: it is dropped there.
+        var = tf.Variable(5.0)
+        opt = tf_lso.LossScaleOptimizer(inner_kinds.sgd(kind, 1.0),
+                                        initial_scale=4)
+        test_util.maybe_function(
+            lambda: opt.apply_gradients([(tf.constant(1.0), var)], "step"),
+            use_tf_function)()
+        self.assertEqual(float(var), 4.0)
 
 
 class ToyOptimizer(tf.Module):

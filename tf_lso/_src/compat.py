@@ -528,7 +528,8 @@ def _unshadowed(obj: Any, name: str, default: Any) -> Any:
 
 
 def keras_apply_without_all_reduce(
-        optimizer: Any, grads_and_vars: Iterable[tuple[Any, Any]]) -> None:
+        optimizer: Any, grads_and_vars: Iterable[tuple[Any, Any]],
+        *arguments: Any) -> None:
     """Applies gradients with a Keras 3 optimizer, skipping its all-reduce.
 
     Private hook: Keras 3's TensorFlow optimizers (Keras 3.8-3.15) always sum
@@ -548,7 +549,7 @@ def keras_apply_without_all_reduce(
             "experimental_aggregate_gradients=True instead."
         )
     with _shadowed(optimizer, "_all_reduce_sum_gradients", list):
-        optimizer.apply_gradients(grads_and_vars)
+        optimizer.apply_gradients(grads_and_vars, *arguments)
 
 
 def keras_loss_scale_optimizer_file_state(

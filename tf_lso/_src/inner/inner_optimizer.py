@@ -14,6 +14,7 @@ optimizer's learning rate as a tensor, when it follows a schedule.
 from __future__ import annotations
 
 import abc
+import inspect
 import typing
 import warnings
 
@@ -323,3 +324,31 @@ def aggregated_by(
     for i, (grad, _) in zip(present, summed):
         grads[i] = grad
     return packing.pack(grads, var_list)
+
+
+def name_argument(apply_gradients: typing.Callable[..., typing.Any],
+                  name: typing.Any, keywords: tuple[str, ...] = ()
+                  ) -> tuple[typing.Any, ...]:
+    """The positional arguments after the gradients that carry `name`.
+
+    TF 2.2 to 2.4 passed the loss scale optimizer's `name` to the inner
+    optimizer's `apply_gradients` as its second positional argument, and a
+    subclass may give that place another meaning (TensorFlowTTS's
+    `AdamWeightDecay` takes a clip norm there). So `name` goes there where
+    `apply_gradients` (a bound method) takes a second positional argument.
+    Keras 3's own takes no name: there `name` is dropped, as it is where
+    the second place is one of the `keywords` the caller passes by name. A
+    None name is not passed, so that an override's default applies.
+    """
+    if name is None:
+        return ()
+    try:
+        parameters = inspect.signature(apply_gradients).parameters.values()
+    except (TypeError, ValueError):  # A builtin: pass it as TF 2.4 did.
+        return (name,)
+    positional = [p for p in parameters if p.kind in (
+        p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        and p.name not in keywords]
+    takes_it = len(positional) > 1 or any(
+        p.kind == p.VAR_POSITIONAL for p in positional)
+    return (name,) if takes_it else ()

@@ -92,21 +92,26 @@ class KerasInner(inner_optimizer.InnerOptimizer):
 
     def apply(self, grads_and_vars: list, name: str | None,
               aggregate: bool) -> typing.Any:
-        del name  # Keras 3 optimizers take no name.
+        # Keras 3's own apply_gradients takes no name; a subclass's may.
+        arguments = inner_optimizer.name_argument(
+            self.optimizer.apply_gradients, name)
         if not compat.keras_uses_ema(self.optimizer):
-            return self._apply(grads_and_vars, aggregate)
-        return self._apply_with_moving_averages(grads_and_vars, aggregate)
+            return self._apply(grads_and_vars, aggregate, arguments)
+        return self._apply_with_moving_averages(grads_and_vars, aggregate,
+                                                arguments)
 
     def _apply(self, grads_and_vars: list[tuple[typing.Any, typing.Any]],
-               aggregate: bool) -> typing.Any:
+               aggregate: bool, arguments: tuple[typing.Any, ...]
+               ) -> typing.Any:
         if aggregate:
-            return self.optimizer.apply_gradients(grads_and_vars)
-        return compat.keras_apply_without_all_reduce(self.optimizer,
-                                                     grads_and_vars)
+            return self.optimizer.apply_gradients(grads_and_vars, *arguments)
+        return compat.keras_apply_without_all_reduce(
+            self.optimizer, grads_and_vars, *arguments)
 
     def _apply_with_moving_averages(
             self, grads_and_vars: list[tuple[typing.Any, typing.Any]],
-            aggregate: bool) -> typing.Any:
+            aggregate: bool, arguments: tuple[typing.Any, ...]
+    ) -> typing.Any:
         """`apply` with `use_ema=True`: the averages see applied steps only.
 
         Keras 3 starts the averages from the weights at its first step
@@ -127,7 +132,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         steps = self.accumulation_steps
         if not steps:
             with compat.keras_apply_without_ema(optimizer):
-                result = self._apply(grads_and_vars, aggregate)
+                result = self._apply(grads_and_vars, aggregate, arguments)
             self._update_moving_averages(iterations, first)
             return result
         window_end = self._is_window_end()
@@ -143,7 +148,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         # The calls before the last one saw the variables as they are now.
         at_window_end(steps - 1)
         with compat.keras_apply_without_ema(optimizer):
-            result = self._apply(grads_and_vars, aggregate)
+            result = self._apply(grads_and_vars, aggregate, arguments)
         at_window_end(1)
         return result
 

@@ -232,12 +232,12 @@ class TfKerasInner(TfKerasKind):
 
     def apply(self, grads_and_vars: list, name: str | None,
               aggregate: bool) -> typing.Any:
-        # Only a name that was given: tf_keras's own wrapper passes none,
-        # and subclasses' apply_gradients overrides need not take one.
-        kwargs = {} if name is None else {"name": name}
-        return self.optimizer.apply_gradients(
-            grads_and_vars, skip_gradients_aggregation=not aggregate, **kwargs
-        )
+        apply_gradients = self.optimizer.apply_gradients
+        return apply_gradients(
+            grads_and_vars,
+            *inner_optimizer.name_argument(
+                apply_gradients, name, ("skip_gradients_aggregation",)),
+            skip_gradients_aggregation=not aggregate)
 
 
 class TfKerasLegacyInner(TfKerasKind):
@@ -298,10 +298,12 @@ class TfKerasLegacyInner(TfKerasKind):
 
     def apply(self, grads_and_vars: list, name: str | None,
               aggregate: bool) -> typing.Any:
-        return self.optimizer.apply_gradients(
-            grads_and_vars, name=name,
-            experimental_aggregate_gradients=aggregate,
-        )
+        apply_gradients = self.optimizer.apply_gradients
+        return apply_gradients(
+            grads_and_vars,
+            *inner_optimizer.name_argument(
+                apply_gradients, name, ("experimental_aggregate_gradients",)),
+            experimental_aggregate_gradients=aggregate)
 
     def variables(self) -> list[typing.Any]:
         return list(self.optimizer.variables())
