@@ -1,6 +1,7 @@
 """Tests for tf_lso._src.optimizer.loss_scale_optimizer (the TF 2.4 class)."""
 
 import contextlib
+import warnings
 from unittest import mock
 
 import keras
@@ -408,6 +409,190 @@ _KERAS_BASE_ARGUMENTS = (
     ("ema_overwrite_frequency", 2), ("loss_scale_factor", 0.5),
     ("gradient_accumulation_steps", 2),
 )
+
+
+# The two protocols' calls (issue 59): how the loss is scaled, whether
+# get_unscaled_gradients is called, how the step is applied.
+SCALES = ("get_scaled_loss", "scale_loss")
+APPLIES = ("apply_gradients", "apply")
+# Where the protocols' calls run: eagerly, in a tf.function, and in a
+# tf.function under MirroredStrategy.
+PLACES = {"eager": ("default", False), "tf_function": ("default", True),
+          "mirrored": ("mirrored", True)}
+
+
+def _mixed(cls, place):
+    """A variable at 1.0, an optimizer with a fixed scale of 1024 (the
+    experimental class or TF 2.4's) around SGD(0.25), the strategy, and a
+    runner for a replica step (`place`)."""
+    strategy_name, use_tf_function = PLACES[place]
+    strategy = test_util.STRATEGIES[strategy_name]()
+    with strategy.scope():
+        var = tf.Variable(1.0)
+        inner = keras.optimizers.SGD(0.25)
+        opt = (tf_lso.experimental.LossScaleOptimizer(inner, 1024)
+               if cls == "v1" else
+               tf_lso.LossScaleOptimizer(inner, dynamic=False,
+                                         initial_scale=1024))
+    run = test_util.maybe_function(lambda fn: strategy.run(fn),
+                                   use_tf_function)
+    return var, opt, strategy, run
+
+
+def _applied(strategy, var):
+    """How far `var` moved from 1.0, in true gradients of `2 * var` summed
+    over the replicas (SGD(0.25) on each replica's 2.0)."""
+    [value] = set(test_util.local_values(strategy, var))
+    return (1.0 - value) / (0.25 * 2.0 * strategy.num_replicas_in_sync)
+
+
+class ProtocolsTest(tf.test.TestCase, parameterized.TestCase):
+    """Every order of TF 2.x's protocol (get_scaled_loss,
+    get_unscaled_gradients, apply_gradients) and Keras 3's (scale_loss,
+    apply) mixed: what tf_lso handed out is never scaled or unscaled twice."""
+
+    @parameterized.product(scale=SCALES, unscale=[True, False],
+                           apply=APPLIES, cls=["v1", "v2"],
+                           place=list(PLACES))
+    def test_every_order_applies_the_true_gradient(self, scale, unscale,
+                                                   apply, cls, place):
+        var, opt, strategy, run = _mixed(cls, place)
+
+        def step():
+            with tf.GradientTape() as tape:
+                scaled = getattr(opt, scale)(var * 2.0)
+            grads = tape.gradient(scaled, [var])
+            if unscale:
+                grads = opt.get_unscaled_gradients(grads)
+            if apply == "apply":
+                opt.apply(grads, [var])
+            else:
+                opt.apply_gradients(zip(grads, [var]))
+
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            run(step)
+        warned = any(issubclass(w.category, tf_lso.LossScalingWarning)
+                     for w in record)
+        if (scale, unscale, apply) == ("get_scaled_loss", False,
+                                       "apply_gradients"):
+            # TF 2.4's apply_gradients applies what it is given: the
+            # gradients of the scaled loss, never unscaled (with a warning).
+            self.assertEqual(_applied(strategy, var), 1024.0)
+            self.assertTrue(warned)
+        else:
+            self.assertEqual(_applied(strategy, var), 1.0)
+            self.assertFalse(warned)
+
+    @parameterized.product(scale=SCALES, apply=APPLIES, cls=["v1", "v2"],
+                           place=list(PLACES))
+    def test_gradients_computed_from_the_unscaled_ones(self, scale, apply,
+                                                       cls, place):
+        # Clipped after get_unscaled_gradients: new tensors, which apply()
+        # (Keras 3's: scaled gradients) takes as unscaled, with a warning;
+        # apply_gradients as they are, as always.
+        var, opt, strategy, run = _mixed(cls, place)
+
+        def step():
+            with tf.GradientTape() as tape:
+                scaled = getattr(opt, scale)(var * 2.0)
+            grads = opt.get_unscaled_gradients(tape.gradient(scaled, [var]))
+            grads = [tf.clip_by_value(g, -100.0, 100.0) for g in grads]
+            if apply == "apply":
+                opt.apply(grads, [var])
+            else:
+                opt.apply_gradients(zip(grads, [var]))
+
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            run(step)
+            run(step)
+        warnings_ = [w for w in record
+                     if issubclass(w.category, tf_lso.LossScalingWarning)]
+        self.assertEqual(_applied(strategy, var), 2.0)
+        self.assertLen(warnings_, 1 if apply == "apply" else 0)
+        if warnings_:
+            self.assertIn("takes them as unscaled", str(warnings_[0].message))
+
+    @parameterized.product(scale=SCALES, cls=["v1", "v2"],
+                           place=list(PLACES))
+    def test_a_loss_scaled_twice_is_scaled_once(self, scale, cls, place):
+        var, opt, strategy, run = _mixed(cls, place)
+        scale_loss = getattr(opt, scale)
+        run(lambda: opt.minimize(lambda: scale_loss(var * 2.0), [var]))
+        self.assertEqual(_applied(strategy, var), 1.0)
+
+        def twice():
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(scale_loss(var * 2.0))
+            grads = opt.get_unscaled_gradients(tape.gradient(scaled, [var]))
+            opt.apply_gradients(zip(grads, [var]))
+
+        run(twice)
+        self.assertEqual(_applied(strategy, var), 2.0)
+
+    @parameterized.product(apply=APPLIES, place=list(PLACES))
+    def test_unscaled_and_scaled_gradients_in_one_step(self, apply, place):
+        # Two losses scaled with Keras 3's scale_loss: the first one's
+        # gradients unscaled, the second's not. Each is unscaled once.
+        var, opt, strategy, run = _mixed("v2", place)
+        with strategy.scope():
+            other = tf.Variable(1.0)
+
+        def step():
+            with tf.GradientTape() as tape:
+                scaled = opt.scale_loss(var * 2.0)
+            unscaled = opt.get_unscaled_gradients(
+                tape.gradient(scaled, [var]))
+            with tf.GradientTape() as tape:
+                scaled = opt.scale_loss(other * 2.0)
+            grads = unscaled + tape.gradient(scaled, [other])
+            if apply == "apply":
+                opt.apply(grads, [var, other])
+            else:
+                opt.apply_gradients(zip(grads, [var, other]))
+
+        run(step)
+        self.assertEqual(_applied(strategy, var), 1.0)
+        self.assertEqual(_applied(strategy, other), 1.0)
+
+    @parameterized.product(cls=["v1", "v2"], place=list(PLACES))
+    def test_gradients_unscaled_twice_are_unscaled_once(self, cls, place):
+        var, opt, strategy, run = _mixed(cls, place)
+
+        def step():
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(var * 2.0)
+            grads = opt.get_unscaled_gradients(tape.gradient(scaled, [var]))
+            opt.apply_gradients(zip(opt.get_unscaled_gradients(grads), [var]))
+
+        run(step)
+        self.assertEqual(_applied(strategy, var), 1.0)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_minimize_of_a_scaled_loss(self, use_tf_function):
+        # The issue's case: minimize scales the loss again; TF 2.4 moved
+        # the variable to -0.6 (8 times the step), with no warning.
+        var = tf.Variable(1.0)
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1),
+                                        initial_scale=8)
+        test_util.maybe_function(
+            lambda: opt.minimize(lambda: opt.get_scaled_loss(var * 2.0),
+                                 [var]), use_tf_function)()
+        self.assertAllClose(float(var), 0.8)
+
+    @test_util.EAGER_AND_FUNCTION
+    def test_a_loss_that_is_not_a_float_tensor(self, use_tf_function):
+        opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD())
+        for loss, what in (("loss", "of dtype string"),
+                           (tf.constant(3), "of dtype int32"),
+                           ({"a": 1.0}, "of type dict")):
+            for scale in (opt.get_scaled_loss, opt.scale_loss):
+                with self.assertRaisesRegex(
+                        TypeError, "The loss to scale must be a float "
+                        f"tensor. Received: loss=.* {what}"):
+                    test_util.maybe_function(lambda: scale(loss),
+                                             use_tf_function)()
 
 
 class KerasSignatureTest(tf.test.TestCase, parameterized.TestCase):

@@ -8,7 +8,9 @@ other replicas: every collective is in `replicas`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import weakref
 from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Any
@@ -123,16 +125,43 @@ def scale_by(value: tf.Tensor, factor: Any) -> tf.Tensor:
 HUGE_SCALE = 2.0**126
 
 
-class HandedOut:
-    """Packed gradients handed out unpacked, found again by identity.
+class Identities:
+    """Objects (tensors) known by identity, for as long as they live.
 
-    The TF 2.x protocol unscales the gradients (`get_unscaled_gradients`,
-    which packs them) and passes that very list to `apply_gradients`, which
-    would pack it again. Remembering the `Packed` behind each list handed out
-    saves that second stack and unstack. Only lists of graph tensors are
-    remembered (inside a `tf.function`, where the ops are paid on every
-    step; eager gradients are not kept alive). An entry is used at most
-    once; any other list, even an equal one, is packed afresh.
+    Weak references: an entry goes with its object, so nothing is kept
+    alive and a new object never inherits an old one's `id`.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Any]] = {}
+
+    def add(self, values: Sequence[Any]) -> None:
+        """Remembers each value that is not None."""
+        for value in values:
+            if value is not None:
+                key = id(value)
+                self._refs[key] = weakref.ref(
+                    value, functools.partial(self._forget, key))
+
+    def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
+        if self._refs.get(key) is ref:
+            del self._refs[key]
+
+    def __contains__(self, value: Any) -> bool:
+        ref = self._refs.get(id(value))
+        return ref is not None and ref() is value
+
+
+class HandedOut:
+    """The gradients `get_unscaled_gradients` handed out, found by identity.
+
+    Each one is unscaled already, and is never unscaled again (`issued`),
+    eagerly and in a graph. Beside that, the TF 2.x protocol passes the very
+    list it handed out to `apply_gradients`, which would pack it again:
+    remembering the `Packed` behind each list saves that second stack and
+    unstack. Only lists of graph tensors are remembered so (inside a
+    `tf.function`, where the ops are paid on every step). Such an entry is
+    used at most once; any other list, even an equal one, is packed afresh.
     """
 
     _MAX_ENTRIES = 8  # Replica threads each trace their own; keep it small.
@@ -140,15 +169,22 @@ class HandedOut:
     def __init__(self) -> None:
         self._entries: dict[tuple[int, ...],
                             tuple[list[Gradient], Packed]] = {}
+        self._issued = Identities()
 
     def remember(self, grads: list[Gradient],
-                 packed: Packed) -> list[Gradient]:
-        """Records that `grads` is `packed.unpack()`; returns `grads`."""
-        if not tf.executing_eagerly():
+                 packed: Packed | None = None) -> list[Gradient]:
+        """Records that `grads` were handed out (as `packed.unpack()`, if
+        `packed` is given); returns `grads`."""
+        self._issued.add(grads)
+        if packed is not None and not tf.executing_eagerly():
             if len(self._entries) >= self._MAX_ENTRIES:
                 self._entries.clear()
             self._entries[tuple(map(id, grads))] = (grads, packed)
         return grads
+
+    def issued(self, grad: Gradient) -> bool:
+        """Whether `grad` is a gradient handed out, so unscaled already."""
+        return grad is not None and grad in self._issued
 
     def take(self, grads: Sequence[Gradient]) -> Packed | None:
         """The `Packed` that `grads` was handed out from, or None."""

@@ -162,11 +162,15 @@ class LossScaleOptimizer(
         #   `loss_scale` clears that too), for apply_gradients' warning,
         #   issued once per optimizer.
         self._seen_losses = training_health.SeenLosses()
-        # - The Packed behind each list get_unscaled_gradients handed out in
-        #   a graph, so that apply_gradients does not pack it again: taken
-        #   by the apply_gradients it is passed to (when the loss was not
-        #   scale_loss's); all dropped when a ninth is handed out.
+        # - The gradients get_unscaled_gradients handed out (weakly, by
+        #   identity), which are never unscaled again; in a graph also the
+        #   Packed behind each list, so that apply_gradients does not pack
+        #   it again: taken by the apply_gradients or apply it is passed to;
+        #   all dropped when a ninth is handed out.
         self._handed_out = packing.HandedOut()
+        # - The losses get_scaled_loss and scale_loss returned (weakly, by
+        #   identity), which are never scaled again.
+        self._scaled_losses = packing.Identities()
         # Not checkpointed: the layout stays TF 2.4's.
         self._overflow = training_health.OverflowRecord(
             max_consecutive_skips, print_overflows, stop_on_nonfinite_loss)
@@ -395,14 +399,20 @@ class LossScaleOptimizer(
         return self._scaled(loss)
 
     def _scaled(self, loss: Any, by_scale_loss: bool = False) -> tf.Tensor:
+        if loss in self._scaled_losses:
+            # Scaled here already (`minimize(lambda: opt.get_scaled_loss(
+            # ...))` scales its loss again): once is enough.
+            return loss
+        loss = _float_tensor(loss)
         # The loss before scaling: a skipped step's record says whether it
         # was finite (`last_overflow.cause`), and whether its gradients
         # are due `get_unscaled_gradients` (a `LossScalingWarning`) or
         # come to apply_gradients scaled (Keras 3's `scale_loss`).
-        loss = tf.convert_to_tensor(loss)
         self._seen_losses.see(loss, unscale_due=not by_scale_loss,
                               still_scaled=by_scale_loss)
-        return packing.scale_by(loss, self._loss_scale())
+        scaled = packing.scale_by(loss, self._loss_scale())
+        self._scaled_losses.add([scaled])
+        return scaled
 
     def get_unscaled_gradients(
         self, grads: Sequence[packing.Gradient]
@@ -419,6 +429,9 @@ class LossScaleOptimizer(
         layers), which are new values; `minimize`, `fit` and `apply` pass
         those through unchanged.
 
+        A gradient that this method returned before is unscaled already: it
+        is returned as it is, never unscaled twice.
+
         Args:
             grads: A list of gradients; `None` entries stay `None` and
                 `IndexedSlices` stay `IndexedSlices`.
@@ -427,8 +440,40 @@ class LossScaleOptimizer(
             A list of unscaled gradients, in the same order.
         """
         self._seen_losses.unscaled()
-        packed = packing.pack(list(grads)).unscaled(self._loss_scale())
-        return self._handed_out.remember(packed.unpack(), packed)
+        grads = list(grads)
+        if not any(map(self._handed_out.issued, grads)):
+            packed = packing.pack(grads).unscaled(self._loss_scale())
+            return self._handed_out.remember(packed.unpack(), packed)
+        return self._handed_out.remember(self._unscaled_unless_issued(grads))
+
+    def _unscaled_unless_issued(
+            self, grads: list[packing.Gradient]) -> list[packing.Gradient]:
+        """`grads`, each unscaled unless `get_unscaled_gradients` handed it
+        out (unscaled already)."""
+        todo = [i for i, grad in enumerate(grads)
+                if grad is not None and not self._handed_out.issued(grad)]
+        unscaled = packing.pack([grads[i] for i in todo]).unscaled(
+            self._loss_scale()).unpack()
+        grads = list(grads)
+        for i, grad in zip(todo, unscaled):
+            grads[i] = grad
+        return grads
+
+    def _for_the_step(self, grads: list[packing.Gradient],
+                      scaled: bool) -> tuple[list[packing.Gradient], bool]:
+        """The gradients to hand to the step, and whether it unscales them.
+
+        `scaled` says whether the gradients are still scaled; those that
+        `get_unscaled_gradients` handed out never are. Where some are and
+        some are not, the scaled ones are unscaled here.
+        """
+        issued = [self._handed_out.issued(g) for g in grads]
+        present = [g is not None for g in grads]
+        if not scaled or not any(issued):
+            return grads, scaled
+        if issued == present:
+            return grads, False
+        return self._unscaled_unless_issued(grads), False
 
     def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
         """Keras 3's loss scaling: scales `loss` for the next apply.
@@ -485,7 +530,8 @@ class LossScaleOptimizer(
         if not scaled:
             self._seen_losses.warn_if_not_unscaled()
         grads_and_vars = tuple(grads_and_vars)
-        grads = [g for g, _ in grads_and_vars]
+        grads, scaled = self._for_the_step([g for g, _ in grads_and_vars],
+                                           scaled)
         var_list = [v for _, v in grads_and_vars]
         step_op = self._step(
             grads, var_list, name=name,
@@ -501,8 +547,15 @@ class LossScaleOptimizer(
     ) -> None:
         """Keras 3's `apply`: applies *scaled* gradients.
 
+        It unscales them, except those that `get_unscaled_gradients` handed
+        out (unscaled already). After `get_unscaled_gradients` has unscaled
+        the gradients of the loss scaled last, other gradients are taken as
+        computed from its output, so unscaled, with a `LossScalingWarning`
+        (once): the intent cannot be known there.
+
         Args:
-            grads: Gradients of a loss scaled with `scale_loss`.
+            grads: Gradients of a loss scaled with `scale_loss` (or
+                `get_scaled_loss`).
             trainable_variables: The variables, in the same order. Defaults to
                 the variables the optimizer was built with.
         """
@@ -514,7 +567,15 @@ class LossScaleOptimizer(
                     "pass `trainable_variables`."
                 )
             trainable_variables = compat.keras_trainable_variables(self)
-        self._step(grads, trainable_variables, scaled=True,
+        grads = list(grads)
+        scaled = not self._seen_losses.unscaled_since_scaled()
+        if not scaled and not all(self._handed_out.issued(g)
+                                  for g in grads if g is not None):
+            self._seen_losses.warn_taken_as_unscaled()
+        grads, scaled = self._for_the_step(grads, scaled)
+        self._step(grads, trainable_variables, scaled=scaled,
+                   unpacked_from=None if scaled else self._handed_out.take(
+                       grads),
                    loss_nonfinite=self._seen_losses.take())
 
     def stateless_apply(
@@ -661,6 +722,22 @@ class LossScaleOptimizer(
         # Keywords, so that a subclass whose __init__ takes **kwargs and
         # forwards them (as Horovod-style wrappers do) round-trips.
         return cls(inner_optimizer=inner_optimizer, **config)
+
+
+def _float_tensor(loss: Any) -> tf.Tensor:
+    """`loss` as a float tensor, or a TypeError that says what it was."""
+    try:
+        tensor = tf.convert_to_tensor(loss)
+    except (TypeError, ValueError):
+        tensor = None
+    if tensor is None or not tensor.dtype.is_floating:
+        what = (f"of dtype {tensor.dtype.name}" if tensor is not None
+                else f"of type {type(loss).__name__}")
+        raise TypeError(
+            f"The loss to scale must be a float tensor. Received: "
+            f"loss={loss!r} {what}. Pass the loss the model computed (cast "
+            "an integer one with tf.cast(loss, tf.float32)).")
+    return tensor
 
 
 # What `LossScaleMonitor` (callbacks.py) reads of an optimizer, beyond its

@@ -432,6 +432,7 @@ class _Seen:
     nonfinite: tf.Tensor  # A bool scalar: the loss had an Inf or NaN.
     unscale_due: bool  # get_scaled_loss's: its gradients not yet unscaled.
     still_scaled: bool  # scale_loss's: apply_gradients must unscale them.
+    unscaled: bool = False  # get_unscaled_gradients was called since.
 
 
 class SeenLosses:
@@ -464,6 +465,7 @@ class SeenLosses:
     def __init__(self) -> None:
         self._entries: dict[int, _Seen] = {}  # By thread id.
         self._warned = False  # warn_if_not_unscaled warns once.
+        self._warned_apply = False  # warn_taken_as_unscaled warns once.
 
     @staticmethod
     def _graph() -> Any:
@@ -508,7 +510,35 @@ class SeenLosses:
         entry = self._entries.get(threading.get_ident())
         if entry is not None:
             entry.still_scaled = False
+            entry.unscaled = True
         self.unscaling()
+
+    def unscaled_since_scaled(self) -> bool:
+        """Whether `get_unscaled_gradients` was called since the loss seen
+        last in this thread (in any graph) was scaled."""
+        entry = self._entries.get(threading.get_ident())
+        return entry is not None and entry.unscaled
+
+    def warn_taken_as_unscaled(self) -> None:
+        """Warns (once) that `apply` takes gradients as unscaled.
+
+        For `apply` of gradients that `get_unscaled_gradients` did not hand
+        out, after it unscaled the gradients of the loss scaled last: they
+        are most likely computed from its output (clipped, say), so they
+        are applied as they are, as `apply_gradients` would.
+        """
+        if self._warned_apply:
+            return
+        self._warned_apply = True
+        _warn(
+            "apply() takes the gradients of a scaled loss (Keras 3's "
+            "protocol) and unscales them, but get_unscaled_gradients already "
+            "unscaled the gradients of the loss scaled last, and these are "
+            "not what it returned: tf_lso takes them as unscaled (computed "
+            "from its output) and applies them as they are, as "
+            "apply_gradients does. If they are still scaled, call apply() "
+            "without get_unscaled_gradients, or pass it what "
+            f"get_unscaled_gradients returned. {_SILENCE}")
 
     def still_scaled(self) -> bool:
         """Whether the gradients of the loss seen last in this thread, in
