@@ -877,3 +877,124 @@ print(optimizer.get_config())
 """)
     assert out.splitlines()[0] == "True 64.0 4"
     assert out.splitlines()[1] == str(opt.get_config())
+
+
+# -- 6. Nothing silently wrong, round 3 (issue 59) ---------------------------
+
+def _inner_sgd(legacy, *args, **kwargs):
+    optimizers = tf.keras.optimizers.legacy if legacy else tf.keras.optimizers
+    return optimizers.SGD(*args, **kwargs)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize("experimental", [True, False])
+def test_every_class_rebuilds_from_its_own_config(experimental, legacy):
+    # The config checks TF 2.1-2.3 code runs: type(opt).from_config built
+    # an object whose inner_optimizer raised AttributeError.
+    tf_lso.install()
+    inner = _inner_sgd(legacy, 2.0, momentum=0.5)
+    if experimental:
+        public = tf.keras.mixed_precision.experimental.LossScaleOptimizer
+        opt = public(inner,
+                     tf.mixed_precision.experimental.DynamicLossScale(2, 3))
+        classes = {type(opt), public, tf_lso.experimental.LossScaleOptimizer}
+    else:
+        opt = tf_lso.LossScaleOptimizer(inner, initial_scale=2,
+                                        dynamic_growth_steps=3)
+        classes = {type(opt), tf_lso.LossScaleOptimizer}
+    test_util.assert_rebuilds_alike(opt, classes)
+
+
+@pytest.mark.parametrize("use_tf_function", [False, True])
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_wrapper_made_outside_the_scope_updates_its_state_once(
+        legacy, use_tf_function):
+    # TensorSpeech/TensorFlowTTS: variables and inner optimizer in the
+    # scope, the wrapper outside. Two replicas; replica 1's loss is NaN on
+    # the second step.
+    tf_lso.install()
+    strategy = test_util.mirrored_strategy()
+    with strategy.scope():
+        var = tf.Variable([1.0, 2.0], name="var")
+        inner = _inner_sgd(legacy, 0.25)
+    opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+        inner, tf.mixed_precision.experimental.DynamicLossScale(32768.0, 2))
+
+    def replica_step(bad):
+        x = tf.where(bad & (test_util.replica_id() > 0), float("nan"), 1.0)
+        with tf.GradientTape() as tape:
+            scaled = opt.get_scaled_loss(tf.reduce_sum(var * x))
+        grads = opt.get_unscaled_gradients(tape.gradient(scaled, [var]))
+        opt.apply_gradients(zip(grads, [var]))
+
+    run = test_util.maybe_function(
+        lambda bad: strategy.run(replica_step, args=(bad,)), use_tf_function)
+    states = []
+    for bad in (False, True, False, False):
+        run(tf.constant(bad))
+        states.append((float(opt.loss_scale()),
+                       test_util.num(opt.dynamic_counter),
+                       test_util.num(opt.iterations),
+                       test_util.num(opt.skipped_steps),
+                       test_util.local_values(strategy, var)[1].tolist()))
+    # As one replica taking the summed gradient, 2.0 per element.
+    assert states == [(32768.0, 1, 1, 0, [0.5, 1.5]),
+                      (16384.0, 0, 2, 1, [0.5, 1.5]),
+                      (16384.0, 1, 3, 1, [0.0, 1.0]),
+                      (32768.0, 0, 4, 1, [-0.5, 0.5])]
+
+
+@pytest.mark.parametrize("use_tf_function", [False, True])
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize("experimental", [True, False])
+def test_apply_gradients_passes_its_name_in_the_place_of_name(
+        experimental, legacy, use_tf_function):
+    # TensorFlowTTS's AdamWeightDecay takes a clip norm where tf.keras's
+    # apply_gradients takes `name`; TF 2.4 passed `name` there.
+    class ClippingSGD(type(_inner_sgd(legacy))):
+        def apply_gradients(self, grads_and_vars, clip_norm=0.5, **kwargs):
+            grads, variables = zip(*grads_and_vars)
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+            return super().apply_gradients(zip(grads, variables), **kwargs)
+
+    inner = ClippingSGD(1.0)
+    opt = (tf_lso.experimental.LossScaleOptimizer(inner, 4) if experimental
+           else tf_lso.LossScaleOptimizer(inner, initial_scale=4))
+    var = tf.Variable(5.0)
+    step = test_util.maybe_function(
+        lambda clip: opt.apply_gradients([(tf.constant(2.0), var)], clip),
+        use_tf_function)
+    step(1.0)
+    assert float(var) == 4.0
+    step(None)  # No name: the override's default.
+    assert float(var) == 3.5
+
+
+@pytest.mark.parametrize("place", ["eager", "tf_function", "mirrored"])
+@pytest.mark.parametrize("scale", ["get_scaled_loss", "scale_loss"])
+@pytest.mark.parametrize("apply", ["apply_gradients", "apply"])
+@pytest.mark.parametrize("legacy", [False, True])
+def test_mixed_protocols_unscale_once(legacy, apply, scale, place):
+    # scale, get_unscaled_gradients, then apply or apply_gradients: the
+    # gradients get_unscaled_gradients handed out are never unscaled again.
+    strategy = test_util.STRATEGIES[
+        "mirrored" if place == "mirrored" else "default"]()
+    with strategy.scope():
+        var = tf.Variable(1.0)
+        opt = tf_lso.LossScaleOptimizer(_inner_sgd(legacy, 0.25),
+                                        dynamic=False, initial_scale=1024)
+
+    def step():
+        with tf.GradientTape() as tape:
+            scaled = getattr(opt, scale)(var * 2.0)
+        grads = opt.get_unscaled_gradients(tape.gradient(scaled, [var]))
+        if apply == "apply":
+            opt.apply(grads, [var])
+        else:
+            opt.apply_gradients(zip(grads, [var]))
+
+    test_util.maybe_function(lambda: strategy.run(step),
+                             place != "eager")()
+    replicas = strategy.num_replicas_in_sync
+    assert test_util.local_values(strategy, var) == [
+        1.0 - 0.25 * 2.0 * replicas] * replicas
