@@ -21,9 +21,9 @@ reporting the median step time as a ratio to the bare step:
 
 `--mirrored` times bare Keras 3, Keras 3's LossScaleOptimizer and tf_lso in
 a custom loop under MirroredStrategy on two logical CPUs (the cost of the
-shared skip decision). The table goes into docs/performance.md, between the
-`ablation` markers (`--output ''` only prints it; `--marker` names another
-block, e.g. `candidates` for a run of chosen shapes and variants).
+shared skip decision). It prints the table; `--output docs/performance.md`
+also writes it there, between the `ablation` markers (`--marker` names
+another block, e.g. `candidates` for a run of chosen shapes and variants).
 `--mirrored --eager` runs that loop eagerly (`strategy.run` outside
 `tf.function`).
 """
@@ -397,9 +397,9 @@ def main():
                         "these (and bare)")
     parser.add_argument("--modes", nargs="*",
                         default=["tf.function", "jit_compile"])
-    parser.add_argument(
-        "--output", default=os.path.join(step_time.ROOT, "docs",
-                                         "performance.md"))
+    parser.add_argument("--output",
+                        help="also write the table into this page "
+                        "(docs/performance.md)")
     parser.add_argument("--marker",
                         help="the block of --output to write (default: "
                         "ablation, mirrored or mirrored_eager)")

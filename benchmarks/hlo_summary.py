@@ -8,9 +8,9 @@ Compiles one training step per variant of `step_time.py` with
 each kind that run on a finite step: those of the entry computation and of
 the computations it calls through `conditional` (the branch that applies;
 fused computations are counted as their `fusion`, not by their contents).
-`--dump` also writes each variant's HLO text there, for reading. The table
-goes into docs/performance.md between the `hlo` markers (`--output ''` only
-prints it).
+`--dump` also writes each variant's HLO text there, for reading. It prints
+the table; `--output docs/performance.md` also writes it there, between the
+`hlo` markers.
 """
 
 import argparse
@@ -103,9 +103,9 @@ def main():
                                  "Keras Dense 100 layers x 32 (200 vars)",
                                  "10 independent vars"])
     parser.add_argument("--dump")
-    parser.add_argument(
-        "--output", default=os.path.join(step_time.ROOT, "docs",
-                                         "performance.md"))
+    parser.add_argument("--output",
+                        help="also write the table into this page "
+                        "(docs/performance.md)")
     args = parser.parse_args()
     lines = ["| shape | variant | " + " | ".join(KINDS) + " |",
              "|---|---|" + "---|" * len(KINDS)]

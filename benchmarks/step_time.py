@@ -10,8 +10,9 @@ each process a variant's ratio is the median over rounds of its step time
 divided by its baseline's in the same round; a cell reports the median of
 the N processes' ratios and their range (one process can sit 0.2x off the
 others under XLA), the median step time and the number of ops in the traced
-step (the step's graph and every function it calls). Writes a Markdown
-table to docs/performance.md and prints it.
+step (the step's graph and every function it calls). Prints a Markdown
+table; `--output docs/performance.md` also writes that page with it (the
+nox session `benchmarks` does).
 
 Variants:
   keras            bare Keras 3 optimizer (baseline for the rows below it)
@@ -374,9 +375,8 @@ def main():
     parser.add_argument("--round-seconds", type=float, default=0.1)
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--modes", nargs="*", default=list(MODES))
-    parser.add_argument(
-        "--output", default=os.path.join(ROOT, "docs", "performance.md")
-    )
+    parser.add_argument("--output",
+                        help="also write this page (docs/performance.md)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # One process's share: results as JSON, no table.
