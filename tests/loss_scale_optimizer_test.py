@@ -591,8 +591,7 @@ class ProtocolsTest(tf.test.TestCase, parameterized.TestCase):
                 with self.assertRaisesRegex(
                         TypeError, "The loss to scale must be a float "
                         f"tensor. Received: loss=.* {what}"):
-                    test_util.maybe_function(lambda: scale(loss),
-                                             use_tf_function)()
+                    test_util.maybe_function(scale, use_tf_function)(loss)
 
 
 class KerasSignatureTest(tf.test.TestCase, parameterized.TestCase):
