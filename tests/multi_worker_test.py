@@ -135,7 +135,8 @@ def _reference(scenario, tmp_path):
 # Scenarios that run one after another in one pair of workers (starting a
 # pair takes about 5 s).
 _SHARED_RUN = ("overflow_on_worker_1", "overflow_on_worker_0", "clipped_sum",
-               "checkpoint", "moving_averages")
+               "checkpoint", "moving_averages",
+               "optimizer_made_outside_the_scope")
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +172,15 @@ def test_overflow_on_one_worker_skips_on_both(bad_worker, shared_run,
     # (The gradients overflowed, not the loss: issue 43's `cause`.)
     assert skipped["overflow"] == after["overflow"] == [
         1, 1, ["Variable:0"], 1, "gradients"]
+
+
+def test_an_optimizer_made_outside_the_scope(shared_run, tmp_path):
+    # Issue 59: the same state on each worker, step by step, as one made in
+    # the scope (the wrapper's state is a plain variable on each worker).
+    scenario = "optimizer_made_outside_the_scope"
+    worker0, worker1 = _results(shared_run, scenario)
+    assert worker0 == worker1 == _reference(scenario, tmp_path)
+    assert worker0 == _results(shared_run, "overflow_on_worker_1")[0]
 
 
 def test_clipping_sees_the_sum_over_workers(shared_run, tmp_path):

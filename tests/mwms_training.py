@@ -5,6 +5,7 @@ with one CPU per worker, or MirroredStrategy over two logical CPUs in the test
 process) and returns a JSON-able record of the state after every step.
 """
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,9 +22,10 @@ NO_OVERFLOW = -1
 COLLECTIVE_TIMEOUT_SECONDS = 30
 
 
-def _build(strategy, **adam_arguments):
+def _build(strategy, optimizer_in_scope=True, **adam_arguments):
     with strategy.scope():
         var = tf.Variable([1.0, -1.0])
+    with strategy.scope() if optimizer_in_scope else contextlib.nullcontext():
         opt = tf_lso.LossScaleOptimizer(
             keras.optimizers.Adam(0.1, **adam_arguments), initial_scale=64,
             dynamic_growth_steps=2,
@@ -88,6 +90,13 @@ def overflow_on_worker_1(strategy, workdir):
     del workdir
     return _train(strategy, *_build(strategy), [NO_OVERFLOW, 1, NO_OVERFLOW],
                   overflow=True)
+
+
+def optimizer_made_outside_the_scope(strategy, workdir):
+    """`overflow_on_worker_1` with the optimizer made outside the scope."""
+    del workdir
+    return _train(strategy, *_build(strategy, optimizer_in_scope=False),
+                  [NO_OVERFLOW, 1, NO_OVERFLOW], overflow=True)
 
 
 def overflow_on_worker_0(strategy, workdir):
@@ -213,6 +222,7 @@ SCENARIOS = {
     "clipped_sum": clipped_sum,
     "overflow_on_worker_1": overflow_on_worker_1,
     "overflow_on_worker_0": overflow_on_worker_0,
+    "optimizer_made_outside_the_scope": optimizer_made_outside_the_scope,
     "checkpoint": checkpoint,
     "moving_averages": moving_averages,
     "preempted": preempted,
