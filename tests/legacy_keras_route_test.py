@@ -6,10 +6,12 @@ README's test command runs them on the oldest and the newest pair).
 Elsewhere they skip.
 """
 
+import itertools
 import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -970,31 +972,51 @@ def test_apply_gradients_passes_its_name_in_the_place_of_name(
     assert float(var) == 3.5
 
 
-@pytest.mark.parametrize("place", ["eager", "tf_function", "mirrored"])
-@pytest.mark.parametrize("scale", ["get_scaled_loss", "scale_loss"])
-@pytest.mark.parametrize("apply", ["apply_gradients", "apply"])
-@pytest.mark.parametrize("legacy", [False, True])
-def test_mixed_protocols_unscale_once(legacy, apply, scale, place):
-    # scale, get_unscaled_gradients, then apply or apply_gradients: the
-    # gradients get_unscaled_gradients handed out are never unscaled again.
+@pytest.mark.parametrize("experimental, legacy, place", [
+    (True, False, "eager"), (True, True, "eager"), (False, False, "eager"),
+    (False, True, "eager"), (True, False, "mirrored"),
+    (False, True, "mirrored")])
+def test_every_order_of_the_two_protocols(experimental, legacy, place):
+    # get_scaled_loss or scale_loss, get_unscaled_gradients or not, apply
+    # or apply_gradients: the true gradient is applied once, except where
+    # TF 2.4's apply_gradients gets gradients of get_scaled_loss's loss that
+    # were never unscaled (applied as given, with a LossScalingWarning).
     strategy = test_util.STRATEGIES[
         "mirrored" if place == "mirrored" else "default"]()
-    with strategy.scope():
-        var = tf.Variable(1.0)
-        opt = tf_lso.LossScaleOptimizer(_inner_sgd(legacy, 0.25),
-                                        dynamic=False, initial_scale=1024)
-
-    def step():
-        with tf.GradientTape() as tape:
-            scaled = getattr(opt, scale)(var * 2.0)
-        grads = opt.get_unscaled_gradients(tape.gradient(scaled, [var]))
-        if apply == "apply":
-            opt.apply(grads, [var])
-        else:
-            opt.apply_gradients(zip(grads, [var]))
-
-    test_util.maybe_function(lambda: strategy.run(step),
-                             place != "eager")()
     replicas = strategy.num_replicas_in_sync
-    assert test_util.local_values(strategy, var) == [
-        1.0 - 0.25 * 2.0 * replicas] * replicas
+    for scale, unscale, apply in itertools.product(
+            ("get_scaled_loss", "scale_loss"), (True, False),
+            ("apply_gradients", "apply")):
+        with strategy.scope():
+            var = tf.Variable(1.0)
+            inner = _inner_sgd(legacy, 0.25)
+            opt = (tf_lso.experimental.LossScaleOptimizer(inner, 1024)
+                   if experimental else
+                   tf_lso.LossScaleOptimizer(inner, dynamic=False,
+                                             initial_scale=1024))
+
+        def step(opt=opt, var=var, scale=scale, unscale=unscale,
+                 apply=apply):
+            with tf.GradientTape() as tape:
+                scaled = getattr(opt, scale)(var * 2.0)
+            grads = tape.gradient(scaled, [var])
+            if unscale:
+                grads = opt.get_unscaled_gradients(grads)
+            if apply == "apply":
+                opt.apply(grads, [var])
+            else:
+                opt.apply_gradients(zip(grads, [var]))
+
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            test_util.maybe_function(lambda step=step: strategy.run(step),
+                                     place == "mirrored")()
+        warned = any(issubclass(w.category, tf_lso.LossScalingWarning)
+                     for w in record)
+        never_unscaled = (scale, unscale, apply) == (
+            "get_scaled_loss", False, "apply_gradients")
+        gradient = 1024.0 if never_unscaled else 1.0
+        assert test_util.local_values(strategy, var) == [
+            1.0 - 0.25 * 2.0 * replicas * gradient] * replicas, (
+            scale, unscale, apply)
+        assert warned == never_unscaled, (scale, unscale, apply)
