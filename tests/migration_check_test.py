@@ -152,6 +152,23 @@ def test_notebook_cell_magics_are_not_python(tmp_path):
         (1, 4, "legacy-name")]
 
 
+def test_an_indented_magic_alone_in_its_block_keeps_the_notebook(tmp_path):
+    # tensorflow/tpu's keras_mnist_tpu.ipynb: a shell escape as the only
+    # line of an `if` block; the findings after it are still found.
+    notebook = {"cells": [
+        {"cell_type": "code", "source": ["import tensorflow as tf\n",
+                                         "if IN_COLAB:\n", "    !pip install x\n",
+                                         "else:\n", "  %load_ext tensorboard\n"]},
+        {"cell_type": "code", "source": "tf.train.experimental."
+                                        "FixedLossScale(2)"},
+    ]}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook))
+    findings = migration_check.check_file(path)
+    assert [(f.cell, f.line, f.rule) for f in findings] == [
+        (1, 1, "legacy-name")]
+
+
 def test_bad_files_are_findings_not_crashes(tmp_path):
     (tmp_path / "bad.ipynb").write_text("{not json")
     (tmp_path / "latin1.py").write_bytes(b"x = '\xe9'\n")

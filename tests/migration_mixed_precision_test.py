@@ -271,6 +271,26 @@ def test_notebook_cells_are_one_program(tmp_path):
         (1, 2, 7, "bfloat16-loss-scale")]
 
 
+def test_a_notebook_message_names_lines_in_their_cells(tmp_path):
+    # The policy is on line 2 of cell 1, not line 5 of the cells joined.
+    notebook = tmp_path / "train.ipynb"
+    cells = [
+        "import os\nimport sys\n",
+        "import tensorflow as tf\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_bfloat16')",
+        "opt = tf.keras.optimizers.SGD()\n"
+        "opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)",
+    ]
+    notebook.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "source": source} for source in cells]}))
+    [found] = check.check_file(notebook, ONLY_NEW)
+    assert (found.cell, found.line, found.rule) == (
+        2, 2, "bfloat16-loss-scale")
+    assert found.message.startswith(
+        "A dynamic loss scale under the 'mixed_bfloat16' policy set at line "
+        "2 of cell 1: ")
+
+
 def test_sarif_and_rule_page(capsys):
     before = FIXTURES / "float16_output_before.py"
     assert cli.main(["check", str(before), "--format", "sarif",

@@ -147,7 +147,9 @@ def _walk(tree, context, options):
 
 def check_source(source: str, path: str = "<string>",
                  cell: int | None = None, collapse: bool = True,
-                 options: Options | None = None) -> list[Finding]:
+                 options: Options | None = None,
+                 line_name: Callable[[int], str] | None = None,
+                 ) -> list[Finding]:
     """Findings in Python source text, sorted by position.
 
     Args:
@@ -156,6 +158,8 @@ def check_source(source: str, path: str = "<string>",
         cell: The notebook cell index, if any.
         collapse: Report each `info` rule once (`one_note_per_rule`).
         options: `Options` (default: every rule, on the default route).
+        line_name: How a message names another line of `source` (default
+            "line N"; a notebook's cells joined say which cell).
 
     Returns:
         A list of `Finding`s. A syntax error gives one `unparsable` finding.
@@ -175,7 +179,8 @@ def check_source(source: str, path: str = "<string>",
         found.append(Finding(path, node.lineno, node.col_offset + 1, rule_id,
                              message, cell, fixable))
 
-    _walk(tree, rule_lib.Context(tree, report, options.route), options)
+    _walk(tree, rule_lib.Context(tree, report, options.route, line_name),
+          options)
     ignored = suppressions(source)
     found = [f for f in set(found)
              if options.reports(f.rule) and not _suppressed(f, ignored)]
@@ -243,7 +248,8 @@ def one_note_per_rule(
 
 
 def notebook_cells(text: str) -> list[tuple[int, str]]:
-    """The code cells of a notebook as sources, magics blanked (same lines)."""
+    """The code cells of a notebook as sources, each magic a `pass` (same
+    lines)."""
     cells: list[tuple[int, str]] = []
     for index, cell in enumerate(json.loads(text).get("cells", [])):
         if cell.get("cell_type") != "code":
@@ -253,8 +259,10 @@ def notebook_cells(text: str) -> list[tuple[int, str]]:
         lines = source.split("\n")
         if lines[0].startswith("%%"):  # A cell magic: not Python.
             lines = [""] * len(lines)
-        # Line magics, shell escapes and `name?` help.
-        lines = ["" if line.lstrip().startswith(("%", "!", "?"))
+        # Line magics, shell escapes and `name?` help: a `pass` at their
+        # indent, so that a block they are alone in stays a block.
+        lines = [line[:len(line) - len(line.lstrip())] + "pass"
+                 if line.lstrip().startswith(("%", "!", "?"))
                  or line.rstrip().endswith("?") else line for line in lines]
         cells.append((index, "\n".join(lines)))
     return cells
@@ -266,13 +274,23 @@ def _check_notebook(text, path, options):
     for index, source in notebook_cells(text):
         starts.append((len(lines), index))
         lines.extend(source.split("\n"))
+
+    def in_cell(line):
+        """(cell, line in it) of a line of the cells joined."""
+        first, cell = max(s for s in starts if s[0] < line)
+        return cell, line - first
+
+    def line_name(line):
+        cell, line = in_cell(line)
+        return f"line {line} of cell {cell}"
+
     findings = []
     for finding in check_source("\n".join(lines), path, collapse=False,
-                                options=options):
-        first, cell = max(s for s in starts if s[0] < finding.line)
+                                options=options, line_name=line_name):
+        cell, line = in_cell(finding.line)
         # Checked, not rewritten: `--fix` leaves notebooks alone.
         findings.append(dataclasses.replace(
-            finding, line=finding.line - first, cell=cell, fixable=False))
+            finding, line=line, cell=cell, fixable=False))
     if findings:
         where = _NotebookText(text)
         findings = [dataclasses.replace(f, **where.position(f))

@@ -299,7 +299,8 @@ class Context:
     """
 
     def __init__(self, tree: ast.Module, report: Report,
-                 route: str = ROUTES[0]) -> None:
+                 route: str = ROUTES[0],
+                 line_name: Callable[[int], str] | None = None) -> None:
         nodes = list(ast.walk(tree))  # Walked once, for all three.
         names = imported_names(tree, nodes)
         self.tree = tree
@@ -311,6 +312,14 @@ class Context:
             collections.defaultdict(dict))
         self.route = route
         self._report = report
+        self._line_name = line_name
+
+    def line(self, number: int) -> str:
+        """How a message names line `number` of the file: "line 5", or in
+        a notebook "line 2 of cell 1"."""
+        if self._line_name is None:
+            return f"line {number}"
+        return self._line_name(number)
 
     def report(self, node: ast.AST, rule_id: str, message: str,
                fixable: bool | None = None) -> None:

@@ -50,7 +50,7 @@ class Bfloat16LossScale(rule.Rule):
                     and mp.runs_under(context, node, policy)):
                 context.report(node, self.id, (
                     "A dynamic loss scale under the 'mixed_bfloat16' policy "
-                    f"set at line {policy.node.lineno}: bfloat16 has "
+                    f"set at {context.line(policy.node.lineno)}: bfloat16 has "
                     "float32's range and needs no loss scaling, which here "
                     "costs a finite check every step and can skip steps. "
                     "Train with the inner optimizer instead (and drop "

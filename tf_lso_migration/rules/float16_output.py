@@ -51,8 +51,9 @@ class Float16Output(rule.Rule):
                 if mp.runs_under(context, layer, policy):
                     context.report(layer, self.id, (
                         "This model's last layer computes in float16 under "
-                        "the 'mixed_float16' policy set at line "
-                        f"{policy.node.lineno}, so the model's output is "
+                        "the 'mixed_float16' policy set at "
+                        f"{context.line(policy.node.lineno)}, so the model's "
+                        "output is "
                         "float16: the loss (softmax, cross-entropy) loses "
                         "precision and can overflow. Give it "
                         "`dtype='float32'`, or end the model with "
