@@ -3,7 +3,7 @@
 import ast
 
 from tf_lso_migration import rule
-from tf_lso_migration.rules import _mixed_precision as mp
+from tf_lso_migration.rules import _policies as mp
 
 # Loss scale optimizers (canonical names, tf_lso's for legacy ones) and
 # whether their loss scale is dynamic unless said otherwise.

@@ -1,7 +1,7 @@
 """`clip-before-unscale`: gradients clipped, normed or logged while scaled."""
 
 from tf_lso_migration import rule
-from tf_lso_migration.rules import _mixed_precision as flow
+from tf_lso_migration.rules import _gradient_flow as flow
 
 
 @rule.register

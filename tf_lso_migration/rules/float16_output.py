@@ -3,7 +3,7 @@
 import ast
 
 from tf_lso_migration import rule
-from tf_lso_migration.rules import _mixed_precision as mp
+from tf_lso_migration.rules import _policies as mp
 
 _SEQUENTIAL = frozenset({"tf.keras.Sequential", "tf.keras.models.Sequential"})
 _MODEL = frozenset({"tf.keras.Model", "tf.keras.models.Model"})

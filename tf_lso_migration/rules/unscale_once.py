@@ -2,7 +2,7 @@
 unscaled twice."""
 
 from tf_lso_migration import rule
-from tf_lso_migration.rules import _mixed_precision as flow
+from tf_lso_migration.rules import _gradient_flow as flow
 
 
 @rule.register
