@@ -239,6 +239,189 @@ def test_cases(source, expected):
     assert _found(source) == expected
 
 
+# Issue 60: paths, calls followed one level down, aliases; and what stays
+# silent because it is not sure.
+PATH_CASES = [
+    # Scaled and unscaled under two different tests: which paths meet is
+    # not known (the flags may be one).
+    ("def step(opt, tape, loss, vs, a, b):\n"
+     "    if a:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    if b:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # The test's name stored again between the two `if`s ends the path.
+    ("def step(opt, tape, loss, vs, mixed):\n"
+     "    if mixed:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    mixed = check(mixed)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # `not` flips the path; the else branch of the same test is the other.
+    ("def step(opt, tape, loss, vs, fp32):\n"
+     "    if not fp32:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    if fp32:\n"
+     "        pass\n"
+     "    else:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    ("def step(opt, tape, loss, vs, fp32):\n"
+     "    if not fp32:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     [(5, "unscale-once")]),
+    # A test that is not a plain value (a call with a lambda) is no path.
+    ("def step(opt, tape, loss, vs):\n"
+     "    if pick(lambda: 1):\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # `self.` tests are one in every method of the class; a local's is not.
+    ("class T:\n"
+     "    def loss(self, loss):\n"
+     "        if self.fp16:\n"
+     "            return self.opt.get_scaled_loss(loss)\n"
+     "        return loss\n"
+     "    def step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.loss(loss), vs)\n"
+     "        if self.fp16:\n"
+     "            g = self.opt.get_unscaled_gradients(g)\n"
+     "        self.opt.apply_gradients(zip(g, vs))\n"
+     "    def bad_step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.loss(loss), vs)\n"
+     "        self.opt.apply_gradients(zip(g, vs))\n",
+     [(13, "unscale-once")]),
+    ("def scale(opt, loss, fp16):\n"
+     "    if fp16:\n"
+     "        return opt.get_scaled_loss(loss)\n"
+     "    return loss\n"
+     "def step(opt, tape, loss, vs, fp16):\n"
+     "    g = tape.gradient(scale(opt, loss, fp16), vs)\n"
+     "    if fp16:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # One level only: a helper's helper is not followed.
+    ("def inner(tape, loss, vs):\n"
+     "    return tape.gradient(loss, vs)\n"
+     "def outer(tape, loss, vs):\n"
+     "    return inner(tape, loss, vs)\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = outer(tape, opt.get_scaled_loss(loss), vs)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # A helper's own finding is reported once, where it is.
+    ("import tensorflow as tf\n"
+     "def clip(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    return tf.clip_by_global_norm(g, 1.0)[0]\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    return clip(opt, tape, loss, vs)\n",
+     [(4, "clip-before-unscale")]),
+    # Multiplied by the inverse of the loss scale, or divided by a number
+    # (a fixed loss scale written out): maybe unscaled, not followed.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    inverse = 1.0 / opt.loss_scale\n"
+     "    g = [x * inverse for x in g]\n"
+     "    h = [x / 128.0 for x in tape.gradient(opt.get_scaled_loss(loss), vs)]\n"
+     "    tf.clip_by_global_norm(g, 1.0)\n"
+     "    tf.clip_by_global_norm(h, 1.0)\n",
+     []),
+    # Divided by the loss scale of another optimizer: not an unscale by
+    # this one, so `apply` does not unscale them twice.
+    ("def step(opt, other, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.scale_loss(loss), vs)\n"
+     "    g = [x / other.loss_scale for x in g]\n"
+     "    opt.apply(g, vs)\n",
+     []),
+    # Accumulated, then changed in place otherwise: not sure.
+    ("class M:\n"
+     "    def train_step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.optimizer.get_scaled_loss(loss), vs)\n"
+     "        for i in range(len(g)):\n"
+     "            self.acc[i].assign_add(g[i])\n"
+     "    def apply(self, vs):\n"
+     "        for i in range(len(vs)):\n"
+     "            self.acc[i].assign(self.acc[i] / self.optimizer.loss_scale)\n"
+     "        self.optimizer.apply_gradients(zip(self.acc, vs))\n",
+     []),
+    # `minimize` of a function of this file that scales the loss.
+    ("def step(opt, model, x, y):\n"
+     "    def loss_fn():\n"
+     "        return opt.get_scaled_loss(model.loss(x, y))\n"
+     "    opt.minimize(loss_fn, model.trainable_variables)\n"
+     "    other.minimize(loss_fn, model.trainable_variables)\n",
+     [(4, "unscale-once")]),
+    # A method of another object whose name says it clips is a clip; one
+    # that also says it scales is not sure.
+    ("def step(opt, tape, loss, vs, clipper):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    a = clipper.clip(g)\n"
+     "    b = clipper.unscale_and_clip(g)\n"
+     "    c = clipper.clip(g, 5.0 * opt.loss_scale)\n",
+     [(3, "clip-before-unscale")]),
+]
+
+
+@pytest.mark.parametrize("source, expected", PATH_CASES)
+def test_path_cases(source, expected):
+    assert _found(source) == expected
+
+
+def test_a_finding_on_a_path_names_its_condition():
+    [never] = check.check_source(
+        "class M:\n"
+        "    def train_step(self, tape, loss, vs):\n"
+        "        if not self.fp32:\n"
+        "            loss = self.optimizer.get_scaled_loss(loss)\n"
+        "        g = tape.gradient(loss, vs)\n"
+        "        self.optimizer.apply_gradients(zip(g, vs))\n",
+        options=ONLY_NEW)
+    assert never.message.startswith(
+        "When `self.fp32` is false, `self.optimizer.apply_gradients` gets "
+        "gradients of a loss scaled by `get_scaled_loss` that were never "
+        "unscaled: ")
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "def step(opt, tape, loss, vs, amp, limit):\n"
+        "    loss = opt.get_scaled_loss(loss) if amp else loss\n"
+        "    g = [tf.clip_by_value(x, -limit, limit)\n"
+        "         for x in tape.gradient(loss, vs)]\n",
+        options=ONLY_NEW)
+    assert clip.line == 4
+    assert clip.message.startswith(
+        "When `amp` is true, `tf.clip_by_value` clips gradients of a scaled "
+        "loss before they are unscaled: they are the true gradients times "
+        "the loss scale (2**15 by default), so clipping them to "
+        "`[-limit, limit]` clips almost every one. Unscale first: ")
+
+
+def test_a_helper_finding_names_the_call_inside_and_the_callers_value():
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "def clip(grads, max_norm):\n"
+        "    return [tf.clip_by_norm(g, max_norm) for g in grads]\n"
+        "def step(opt, tape, loss, vs):\n"
+        "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+        "    g = clip(g, 5.0)\n", options=ONLY_NEW)
+    assert (clip.line, clip.column) == (6, 9)
+    assert clip.message.startswith(
+        "`clip` clips gradients of a scaled loss (it calls "
+        "`tf.clip_by_norm`) before they are unscaled: they are the true "
+        "gradients times the loss scale (2**15 by default), so clipping "
+        "them at 5.0 clips almost every one.")
+
+
 def test_the_rules_hold_on_both_routes():
     source = (FIXTURES / "unscale_once_before.py").read_text()
     assert _found(source, check.Options(

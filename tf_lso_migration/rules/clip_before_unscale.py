@@ -24,6 +24,15 @@ class ClipBeforeUnscale(rule.Rule):
     inner optimizer (`global_clipnorm=`, `clipnorm=`), which clips unscaled
     gradients. Not reported: a clip norm that is itself multiplied by the
     loss scale, and a log call whose text says it logs a scaled value.
+
+    A clip is `tf.clip_by_global_norm`, `clip_by_norm`, `clip_by_value`,
+    any call whose name says it clips (`agc.adaptive_clip_grad(vars,
+    grads)`), or a function of the same file that calls one. A loss scaled
+    under a condition (`if self.mixed_precision:`, `... if amp else loss`)
+    is followed on that condition's path, and the finding names it ("When
+    `self.mixed_precision` is true, ..."); where the unscale is under
+    another test, or the path cannot be followed, nothing is reported
+    (docs/migration.md lists what is not followed).
     """
 
     id, severity = "clip-before-unscale", "warning"
@@ -36,23 +45,32 @@ class ClipBeforeUnscale(rule.Rule):
 
 
 def _message(event):
+    return flow.on_path(event, _what(event) + _instead(event))
+
+
+def _what(event):
+    via = flow.inside(event)
     if event.what == "log":
         return (f"`{event.call}` logs gradients of a scaled loss (or their "
-                "norm) before they are unscaled: the value is the loss scale "
-                "(2**15 by default) times too large. Log what "
-                "`opt.get_unscaled_gradients(grads)` returns.")
-    done = "clips" if event.call.rpartition(".")[2].startswith(
-        "clip") else "takes the norm of"
-    text = (f"`{event.call}` {done} gradients of a scaled loss before they "
-            "are unscaled: they are the true gradients times the loss scale "
-            "(2**15 by default), so clipping them at 1.0 clips almost "
-            "every one. ")
+                f"norm){via} before they are unscaled: the value is the loss "
+                "scale (2**15 by default) times too large. ")
+    clipping = (f"clipping them {event.clip}" if event.clip
+                else "a clip meant for the true gradients")
+    return (f"`{event.call}` clips gradients of a scaled loss{via} before "
+            "they are unscaled: they are the true gradients times the loss "
+            f"scale (2**15 by default), so {clipping} clips almost every "
+            "one. ")
+
+
+def _instead(event):
+    if event.what == "log":
+        return "Log what `opt.get_unscaled_gradients(grads)` returns."
     if event.protocol == flow.KERAS3:
-        return text + ("After `scale_loss`, `apply` unscales inside: set the "
-                       "clipping on the inner optimizer (`global_clipnorm=`/"
-                       "`clipnorm=`), or with tf_lso's optimizer unscale "
-                       "first (`grads = opt.get_unscaled_gradients(grads)`), "
-                       "clip, then `opt.apply_gradients(zip(grads, vars))`.")
-    return text + ("Unscale first: `grads = opt.get_unscaled_gradients("
-                   "tape.gradient(scaled_loss, vars))`, then clip, then "
-                   "`opt.apply_gradients(zip(grads, vars))`.")
+        return ("After `scale_loss`, `apply` unscales inside: set the "
+                "clipping on the inner optimizer (`global_clipnorm=`/"
+                "`clipnorm=`), or with tf_lso's optimizer unscale first "
+                "(`grads = opt.get_unscaled_gradients(grads)`), clip, then "
+                "`opt.apply_gradients(zip(grads, vars))`.")
+    return ("Unscale first: `grads = opt.get_unscaled_gradients("
+            "tape.gradient(scaled_loss, vars))`, then clip, then "
+            "`opt.apply_gradients(zip(grads, vars))`.")
