@@ -109,6 +109,84 @@ REWRITES = [
      "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
      "from tensorflow.keras.mixed_precision import Policy\n"
      "tf.data.experimental.AUTOTUNE\n", None),
+    # float16-output (issue 60): the last layer of a model a loss reads
+    # gets `dtype="float32"`, as the line or lines were written.
+    ("""\
+     import tensorflow as tf
+     tf.keras.mixed_precision.set_global_policy('mixed_float16')
+     model = tf.keras.Sequential([
+         tf.keras.layers.Dense(8, activation='relu'),
+         tf.keras.layers.Dense(10, activation='softmax'),
+     ])
+     model.compile(loss='sparse_categorical_crossentropy')
+     """, """\
+     import tensorflow as tf
+     tf.keras.mixed_precision.set_global_policy('mixed_float16')
+     model = tf.keras.Sequential([
+         tf.keras.layers.Dense(8, activation='relu'),
+         tf.keras.layers.Dense(10, activation='softmax', dtype="float32"),
+     ])
+     model.compile(loss='sparse_categorical_crossentropy')
+     """),
+    ("""\
+     import keras
+     from keras import layers
+     keras.mixed_precision.set_global_policy("mixed_float16")
+     inputs = keras.Input((4,))
+     x = layers.Dense(
+         8,
+         activation="softmax",
+     )(inputs)
+     model = keras.Model(inputs, x)
+     model.compile(optimizer="adam", loss="mse")
+     other = keras.Sequential()
+     other.add(layers.Softmax())
+     other.compile(loss="mse")
+     """, """\
+     import keras
+     from keras import layers
+     keras.mixed_precision.set_global_policy("mixed_float16")
+     inputs = keras.Input((4,))
+     x = layers.Dense(
+         8,
+         activation="softmax",
+         dtype="float32",
+     )(inputs)
+     model = keras.Model(inputs, x)
+     model.compile(optimizer="adam", loss="mse")
+     other = keras.Sequential()
+     other.add(layers.Softmax(dtype="float32"))
+     other.compile(loss="mse")
+     """),
+    # Legacy names and a last layer in one file: both fixes.
+    ("""\
+     import tensorflow as tf
+     tf.keras.mixed_precision.experimental.set_policy('mixed_float16')
+     model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+     model.compile(loss='mse')
+     """, """\
+     import tensorflow as tf
+     import tf_lso
+     tf_lso.experimental.set_policy('mixed_float16')
+     model = tf.keras.Sequential([tf.keras.layers.Dense(1, dtype="float32")])
+     model.compile(loss='mse')
+     """),
+    # Not sure: a layer built elsewhere (`self.out`), an op; the message
+    # shows the code.
+    ("""\
+     import tensorflow as tf
+     tf.keras.mixed_precision.set_global_policy('mixed_float16')
+     class Head(tf.keras.Model):
+         def __init__(self):
+             super().__init__()
+             self.out = tf.keras.layers.Dense(10)
+         def call(self, x):
+             return tf.nn.softmax(self.out(x))
+     class Logits(Head):
+         def call(self, x):
+             return self.out(x)
+     Head().compile(loss='mse')
+     """, None),
 ]
 
 

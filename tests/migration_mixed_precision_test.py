@@ -55,7 +55,9 @@ def test_rules_are_registered_with_the_rule_form():
         rule = rules.RULES[rule_id]
         assert rule.severity == "warning"
         assert rule.routes == rules.ROUTES
-        assert not rule.fixes  # No --fix: the message shows the order.
+        # Only float16-output has a fix that is sure (a dtype); the other
+        # messages show the order.
+        assert rule.fixes == (rule_id == "float16-output")
         assert rule.section == "Mixed-precision bugs"
 
 
@@ -207,30 +209,43 @@ CASES = [
      "opt = keras.optimizers.LossScaleOptimizer(opt)\n"
      "keras.mixed_precision.set_global_policy('mixed_bfloat16')\n",
      []),
-    # float16-output: the model's last layer, `keras` spelled as Keras 3.
+    # float16-output: the last layer of a model a loss reads, `keras`
+    # spelled as Keras 3; a model no loss reads is not reported.
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('mixed_float16')\n"
      "model = keras.Sequential([keras.layers.Dense(4),\n"
      "                          keras.layers.Softmax()])\n"
      "other = keras.Sequential([keras.layers.Dense(4)])\n"
-     "other.add(keras.layers.Dense(1))\n",
-     [(4, "float16-output")]),
+     "other.add(keras.layers.Dense(1))\n"
+     "unread = keras.Sequential([keras.layers.Dense(4)])\n"
+     "model.compile(loss='mse')\n"
+     "other.fit(x, y)\n",
+     [(4, "float16-output"), (6, "float16-output")]),
     # A custom layer's dtype is its own business; a float32 policy is fine.
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('mixed_float16')\n"
      "model = keras.Sequential([keras.layers.Dense(4), MyHead()])\n"
-     "last = keras.Sequential([keras.layers.Dense(4, dtype=policy)])\n",
+     "last = keras.Sequential([keras.layers.Dense(4, dtype=policy)])\n"
+     "model.fit(x, y); last.fit(x, y)\n",
      []),
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('float32')\n"
-     "model = keras.Sequential([keras.layers.Dense(4)])\n",
+     "model = keras.Sequential([keras.layers.Dense(4)])\n"
+     "model.fit(x, y)\n",
      []),
-    # Outputs cast to float32 by hand do what a float32 layer would.
+    # An output cast to float32 by hand where the loss reads it does what a
+    # float32 layer would; a cast of something else does not.
     ("import tensorflow as tf\n"
      "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
      "model = tf.keras.Sequential([tf.keras.layers.Dense(4)])\n"
-     "y = tf.cast(model(x), tf.float32)\n",
+     "loss = loss_fn(y, tf.cast(model(x), tf.float32))\n",
      []),
+    ("import tensorflow as tf\n"
+     "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "model = tf.keras.Sequential([tf.keras.layers.Dense(4)])\n"
+     "x = tf.cast(x, tf.float32)\n"
+     "loss = loss_fn(y, model(x))\n",
+     [(3, "float16-output")]),
 ]
 
 
@@ -404,6 +419,109 @@ def test_a_finding_on_a_path_names_its_condition():
         "loss before they are unscaled: they are the true gradients times "
         "the loss scale (2**15 by default), so clipping them to "
         "`[-limit, limit]` clips almost every one. Unscale first: ")
+
+
+# float16-output, issue 60: what a loss reads, and what stays silent.
+OUTPUT_CASES = [
+    # Compiled without a loss (`add_loss`): what `fit` reads is not sure.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "vae = keras.Sequential([keras.layers.Dense(4, activation='sigmoid')])\n"
+     "vae.compile(optimizer='adam')\n"
+     "vae.fit(x)\n",
+     []),
+    # A model that ends in pooling outputs features.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "base = keras.Sequential([keras.layers.Conv2D(8, 3),\n"
+     "                         keras.layers.GlobalAveragePooling2D()])\n"
+     "base.compile(loss='mse')\n",
+     []),
+    # Both branches: each alternative with its condition; the other
+    # branch's output is pooling (features), not reported.
+    ("import keras\n"
+     "from keras import layers\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "def build(inputs, x, top):\n"
+     "    if not top:\n"
+     "        x = layers.GlobalMaxPooling2D()(x)\n"
+     "    else:\n"
+     "        x = layers.Dense(10)(x)\n"
+     "    return keras.Model(inputs, x)\n"
+     "build(i, h, True).fit(x, y)\n"
+     "m = build(i, h, True)\n"
+     "m.fit(x, y)\n",
+     [(8, "float16-output")]),
+    # Layers added in a loop: the last one is not known.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "model = keras.Sequential()\n"
+     "for units in (64, 10):\n"
+     "    model.add(keras.layers.Dense(units))\n"
+     "model.fit(x, y)\n",
+     []),
+    # A subclass read by its own `train_step` (`self.compiled_loss`).
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "class M(keras.Model):\n"
+     "    def __init__(self):\n"
+     "        super().__init__()\n"
+     "        self.out = keras.layers.Dense(10, activation='softmax')\n"
+     "    def call(self, x):\n"
+     "        return self.out(x)\n"
+     "    def train_step(self, data):\n"
+     "        x, y = data\n"
+     "        y_pred = self(x, training=True)\n"
+     "        return self.compiled_loss(y, y_pred)\n",
+     [(6, "float16-output")]),
+    # A local name that shadows a module-level model is not that model.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "model = keras.Sequential([keras.layers.Dense(4)])\n"
+     "def train(x, y):\n"
+     "    model = keras.models.load_model('m.keras')\n"
+     "    model.fit(x, y)\n",
+     []),
+]
+
+
+@pytest.mark.parametrize("source, expected", OUTPUT_CASES)
+def test_output_cases(source, expected):
+    assert _found(source) == expected
+
+
+def test_the_float16_output_message_names_what_reads_it_and_the_fix():
+    found = check.check_source(
+        "import tensorflow as tf\n"
+        "from tensorflow.keras import layers\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "def build(x, include_top):\n"
+        "    if include_top:\n"
+        "        x = layers.Dense(10, activation='softmax')(x)\n"
+        "    return tf.keras.Model(i, x)\n"
+        "class C(tf.keras.Model):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.logits = layers.Dense(10)\n"
+        "    def call(self, x):\n"
+        "        return tf.nn.softmax(self.logits(x))\n"
+        "m = build(h, True)\n"
+        "m.compile('adam', 'categorical_crossentropy')\n"
+        "loss = loss_fn(y, C()(x))\n", options=ONLY_NEW)
+    assert [(f.line, f.fixable) for f in found] == [(6, True), (13, False)]
+    assert found[0].message == (
+        "When `include_top` is true, this model's last layer computes in "
+        "float16 under the 'mixed_float16' policy set at line 3, and the "
+        "loss given to `m.compile` (line 15) reads its output: the loss "
+        "(softmax, cross-entropy) loses precision and can overflow. Give "
+        "it `dtype='float32'`: `layers.Dense(10, activation='softmax', "
+        "dtype='float32')` (`--fix` does).")
+    assert found[1].message == (
+        "`tf.nn.softmax` computes this model's output in float16 under the "
+        "'mixed_float16' policy set at line 3, and `loss_fn` (line 16) "
+        "reads its output: the loss (softmax, cross-entropy) loses "
+        "precision and can overflow. Compute it in float32: "
+        "`tf.nn.softmax(tf.cast(self.logits(x), tf.float32))`.")
 
 
 def test_a_helper_finding_names_the_call_inside_and_the_callers_value():

@@ -17,7 +17,8 @@ from tf_lso_migration import legacy_names
 from tf_lso_migration import rule
 
 
-def _names_stored(node: ast.AST) -> Iterator[str]:
+def names_stored(node: ast.AST) -> Iterator[str]:
+    """The names `node` stores or deletes."""
     for child in ast.walk(node):
         if isinstance(child, ast.Name) and isinstance(child.ctx,
                                                       (ast.Store, ast.Del)):
@@ -135,7 +136,7 @@ def _assigned(context: rule.Context, name: str,
             values.append(node.value)
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For,
                                ast.With, ast.NamedExpr)) and name in set(
-                _names_stored(node)):
+                names_stored(node)):
             values.append(None)  # Stored otherwise: not sure.
     del context
     return values
