@@ -758,6 +758,103 @@ def test_route_option_and_rule_docs(tmp_path, capsys):
         "run-v2 (error; routes: keras3, tf-keras)\n")
 
 
+# -- LossScaleOptimizer: Keras 3's class or TF 2.4's (issue 60) -------------
+
+LOSS_SCALE_OPTIMIZER_CASES = [
+    # Keras 3's own class, as Keras 3 code writes it (valid in TF 2.4 too):
+    # not legacy, whatever the spelling.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam(), initial_scale=1024)\n"
+     "opt.apply(grads)\n",
+     []),
+    ("import tensorflow as tf\n"
+     "from tensorflow.keras.mixed_precision import LossScaleOptimizer\n"
+     "opt = LossScaleOptimizer(tf.keras.optimizers.SGD(),\n"
+     "                         dynamic_growth_steps=1000)\n"
+     "isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)\n",
+     []),
+    # Before `tf_lso.install()` it is Keras 3's class too.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "import tf_lso\n"
+     "tf_lso.install()\n",
+     []),
+    # What Keras 3's class lacks is evidence of TF 2.4's API: legacy.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam(), dynamic=False, initial_scale=1024)\n",
+     [(2, 7, "legacy-name")]),
+    ("import tensorflow as tf\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner, 128)\n",
+     [(2, 7, "legacy-name")]),
+    ("from tensorflow.keras.mixed_precision import LossScaleOptimizer\n"
+     "opt = LossScaleOptimizer(inner)\n"
+     "def step(loss):\n"
+     "    return opt.get_scaled_loss(loss)\n",
+     [(1, 1, "legacy-name")]),
+]
+
+
+@pytest.mark.parametrize("source, expected", LOSS_SCALE_OPTIMIZER_CASES)
+def test_the_keras3_name_is_legacy_only_where_tf24_api_is_used(source,
+                                                               expected):
+    assert _found(migration_check.check_source(source)) == expected
+
+
+def test_the_loss_scale_optimizer_finding_names_the_spelling_and_evidence():
+    [finding] = migration_check.check_source(
+        "import keras\n"
+        "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+        "grads = opt.get_unscaled_gradients(grads)\n")
+    assert finding.severity == "error" and finding.fixable
+    assert finding.message == (
+        "On TensorFlow 2.16+ `keras.mixed_precision.LossScaleOptimizer` is "
+        "Keras 3's class, which has no `get_unscaled_gradients` (line 3): "
+        "TF 2.4's class is `tf_lso.LossScaleOptimizer`.")
+
+
+def test_under_install_legacy_names_are_notes_on_what_install_does():
+    findings = migration_check.check_source(
+        "import tensorflow as tf\n"
+        "from tensorflow.keras.mixed_precision import experimental as mp\n"
+        "import tf_lso\n"
+        "tf_lso.install()\n"
+        "from tensorflow.keras.mixed_precision import experimental as mp2\n"
+        "from tensorflow.python.keras.mixed_precision.experimental import (\n"
+        "    loss_scale_optimizer as lso)\n"
+        "def build(opt):\n"
+        "    opt = tf.train.experimental.DynamicLossScale()\n"
+        "    return tf.keras.mixed_precision.LossScaleOptimizer(opt)\n",
+        collapse=False)
+    assert [(f.line, f.rule, f.severity, f.fixable) for f in findings] == [
+        (2, "legacy-name", "error", True),  # Runs before install().
+        (5, "legacy-name", "info", True),
+        (6, "legacy-name", "error", True),  # Not provided at run time.
+        (9, "legacy-name", "info", True),
+        (10, "legacy-name", "info", False),  # Keras 3's API: not rewritten.
+    ]
+    assert findings[0].message.endswith(
+        " It runs before `tf_lso.install()` (line 4), which provides it.")
+    assert findings[1].message == (
+        "`tf.keras.mixed_precision.experimental` runs as "
+        "`tf_lso.experimental` under `tf_lso.install()` (line 4). `--fix` "
+        "writes that name, so that the file runs without `install()` too.")
+    assert findings[3].message.startswith(
+        "`tf.train.experimental.DynamicLossScale` runs as "
+        "`tf_lso.experimental.DynamicLossScale` under `tf_lso.install()` "
+        "(line 4).")
+    assert findings[4].message == (
+        "Under `tf_lso.install()` (line 4) "
+        "`tf.keras.mixed_precision.LossScaleOptimizer` is "
+        "`tf_lso.LossScaleOptimizer`, TF 2.4's class, not Keras 3's: its "
+        "second positional argument is `dynamic`, and `iterations` counts "
+        "the steps it skips. `keras.optimizers.LossScaleOptimizer` stays "
+        "Keras 3's.")
+    assert findings[2].message.endswith(
+        " `tf_lso.install()` (line 4) does not provide TF's private modules.")
+
+
 # -- Notebooks: where a finding is in the file (issue 42) ---------------------
 
 def _notebook_line(path, text):

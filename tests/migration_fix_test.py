@@ -67,14 +67,17 @@ REWRITES = [
      opt = tf_lso.experimental.LossScaleOptimizer(  # wrap
          inner,   'dynamic')
      """),
-    # A mixed import is split; the kept names keep their line.
+    # A mixed import is split; the kept names keep their line. (TF 2.4's
+    # `dynamic=` says it is TF 2.4's class, not Keras 3's.)
     ("""\
      from tensorflow.keras.mixed_precision import (  # the TF 2.4 guide
          LossScaleOptimizer, set_global_policy)
+     opt = LossScaleOptimizer(inner, dynamic=True)
      """, """\
      from tensorflow.keras.mixed_precision import (  # the TF 2.4 guide
          set_global_policy)
      from tf_lso import LossScaleOptimizer
+     opt = LossScaleOptimizer(inner, dynamic=True)
      """),
     ("""\
      # header
@@ -109,6 +112,10 @@ REWRITES = [
      "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
      "from tensorflow.keras.mixed_precision import Policy\n"
      "tf.data.experimental.AUTOTUNE\n", None),
+    # Keras 3's LossScaleOptimizer as Keras 3 code writes it (issue 60).
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam(), initial_scale=1024)\n", None),
     # float16-output (issue 60): the last layer of a model a loss reads
     # gets `dtype="float32"`, as the line or lines were written.
     ("""\

@@ -87,6 +87,8 @@ class Finding:
             that holds the code line (None for a .py file).
         file_column: In a notebook, the column there (1-based, in
             characters of the file).
+        severity: One of `rules.SEVERITIES`: the rule's, unless the rule
+            said otherwise for this finding ("" when made: the rule's).
     """
 
     path: str
@@ -98,17 +100,19 @@ class Finding:
     fixable: bool = False
     file_line: int | None = None
     file_column: int | None = None
+    severity: str = ""
 
-    @property
-    def severity(self) -> str:
-        return rules.RULES[self.rule].severity
+    def __post_init__(self) -> None:
+        if not self.severity:
+            object.__setattr__(self, "severity",
+                               rules.RULES[self.rule].severity)
 
     def location(self) -> str:
         cell = "" if self.cell is None else f"[cell {self.cell}]"
         return f"{self.path}{cell}:{self.line}:{self.column}"
 
     def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "severity": self.severity}
+        return dataclasses.asdict(self)
 
 
 def _walk(tree, context, options):
@@ -175,9 +179,9 @@ def check_source(source: str, path: str = "<string>",
                         "unparsable", f"Not parsed, skipped: {e}.", cell)]
     found: list[Finding] = []
 
-    def report(node, rule_id, message, fixable):  # A `rule_lib.Report`.
+    def report(node, rule_id, message, fixable, severity):  # A Report.
         found.append(Finding(path, node.lineno, node.col_offset + 1, rule_id,
-                             message, cell, fixable))
+                             message, cell, fixable, severity=severity))
 
     _walk(tree, rule_lib.Context(tree, report, options.route, line_name),
           options)
@@ -223,21 +227,23 @@ def one_note_per_rule(
         findings: Iterable[Finding],
         where: Callable[[Finding], str] = lambda f: str(f.line),
 ) -> list[Finding]:
-    """Keeps the first `info` finding of each rule; it lists the others.
+    """Keeps the first `info` finding of each rule and message; it lists
+    the others.
 
     A note that something works as before is worth reading once per file,
     not at every call site.
     """
-    first: dict[str, tuple[int, list[str]]] = {}
+    first: dict[tuple[str, str], tuple[int, list[str]]] = {}
     kept: list[Finding] = []
     for finding in findings:
+        note = (finding.rule, finding.message)
         if finding.severity != "info":
             kept.append(finding)
-        elif finding.rule not in first:
-            first[finding.rule] = (len(kept), [])
+        elif note not in first:
+            first[note] = (len(kept), [])
             kept.append(finding)
         else:
-            first[finding.rule][1].append(where(finding))
+            first[note][1].append(where(finding))
     for index, others in first.values():
         if others:
             noun = "line" if len(others) == 1 else "lines"

@@ -281,8 +281,9 @@ def unprovided_aliases(tree: ast.AST, names: Mapping[str, str],
     return found
 
 
-#: How a `Context` hands on a finding: (node, rule id, message, fixable).
-Report = Callable[[ast.AST, str, str, bool], None]
+#: How a `Context` hands on a finding: (node, rule id, message, fixable,
+#: severity or "" for the rule's).
+Report = Callable[[ast.AST, str, str, bool, str], None]
 
 
 class Context:
@@ -322,7 +323,7 @@ class Context:
         return self._line_name(number)
 
     def report(self, node: ast.AST, rule_id: str, message: str,
-               fixable: bool | None = None) -> None:
+               fixable: bool | None = None, severity: str = "") -> None:
         """Reports a finding of rule `rule_id` at `node`.
 
         Args:
@@ -331,10 +332,12 @@ class Context:
             message: What was found and what to do.
             fixable: Whether `--fix` rewrites it; default: whether the rule
                 has a fix.
+            severity: This finding's (one of `SEVERITIES`), where it is not
+                the rule's.
         """
         if fixable is None:
             fixable = RULES[rule_id].fixes
-        self._report(node, rule_id, message, fixable)
+        self._report(node, rule_id, message, fixable, severity)
 
     def resolve(self, node: ast.AST) -> tuple[str, str] | None:
         """`dotted(node, self.names)`."""

@@ -14,14 +14,20 @@ from tf_lso_migration import legacy_names
 from tf_lso_migration import rule
 
 EXPERIMENTAL_LSO = "tf_lso.experimental.LossScaleOptimizer"
+# TF 2.4's class, whose name is Keras 3's class on TensorFlow 2.16+: legacy
+# only where the file uses what Keras 3's class lacks.
+KERAS3_LSO = "tf.keras.mixed_precision.LossScaleOptimizer"
+_TF24_ATTRIBUTES = ("get_scaled_loss", "get_unscaled_gradients",
+                    "dynamic_counter", "loss_scale")
+_TF24_KEYWORDS = ("dynamic", "loss_scale")
 
 
 @rule.register
 class LegacyName(rule.Rule):
     """a TF 2.1-2.4 mixed-precision name that TensorFlow 2.16+ no longer
-    has (or, for `tf.keras.mixed_precision.LossScaleOptimizer`, has with
-    Keras 3's different API); `--fix` rewrites it to tf_lso's where
-    tf_lso provides it
+    has (or, for `tf.keras.mixed_precision.LossScaleOptimizer` used with
+    TF 2.4's API, has with Keras 3's different one); `--fix` rewrites it to
+    tf_lso's where tf_lso provides it
 
     TF 2.1-2.3's `tf.keras.mixed_precision.experimental` module and the
     loss scale classes `tf.mixed_precision.experimental.*` and
@@ -36,9 +42,19 @@ class LegacyName(rule.Rule):
     script.py` runs the script unchanged with the names provided.
 
     A name tf_lso does not provide (`LossScaleGradientTape`) is not fixable:
-    replace it by hand. On the tf_keras route
-    `tf.keras.mixed_precision.LossScaleOptimizer` is not reported: there it
-    is tf_keras's own, TF 2.4's class.
+    replace it by hand. `tf.keras.mixed_precision.LossScaleOptimizer` (also
+    spelled `keras.mixed_precision.LossScaleOptimizer`) is Keras 3's class
+    on TensorFlow 2.16+, and `LossScaleOptimizer(opt, initial_scale=1024)`
+    is valid Keras 3 code: it is reported only where the file uses what
+    Keras 3's class lacks (`dynamic=`, a positional second argument,
+    `get_scaled_loss`, `get_unscaled_gradients`, `loss_scale`,
+    `dynamic_counter`), and on the tf_keras route never (there it is
+    tf_keras's own, TF 2.4's class).
+
+    In a file that calls `tf_lso.install()`, the names it provides work as
+    written after that call: each is a note (`info`) that says what it
+    runs as. A name used at module level before the call, and TF's private
+    modules (which `install()` does not provide), stay errors.
     """
 
     id, severity = "legacy-name", "error"
@@ -51,7 +67,8 @@ class LegacyName(rule.Rule):
             for alias in node.names:
                 local = alias.asname or alias.name.split(".")[0]
                 self._import(node, legacy_names.canonical(alias.name),
-                             context, local if alias.asname else None)
+                             context, local if alias.asname else None,
+                             alias.name)
         elif isinstance(node, ast.ImportFrom):
             self._import_from(node, context)
         elif isinstance(node, ast.Attribute) or isinstance(node.ctx,
@@ -74,7 +91,43 @@ class LegacyName(rule.Rule):
             return True
         if legacy_names.is_legacy(base):
             return False  # Reported where the legacy base was imported.
-        context.report(node, self.id, _message(name, new, context.route))
+        return self._legacy(node, name, new, ast.unparse(node), context)
+
+    def _legacy(self, node, name, new, written, context, fixable=True,
+                note=""):
+        """Reports the legacy name `name` (spelled `written`) at `node`, as
+        the file uses it; True if it did."""
+        evidence = _tf24_evidence(context) if name == KERAS3_LSO else None
+        install = _install(context)
+        installed = install is not None and legacy_names.installed(name)
+        after = installed and _runs_after(install, node, context)
+        if name == KERAS3_LSO and not evidence and not after:
+            return False  # Keras 3's class, as Keras 3 code uses it.
+        if after:
+            line = context.line(install.lineno)
+            if name == KERAS3_LSO and not evidence:
+                context.report(node, self.id, _under_install(written, line),
+                               fixable=False, severity="info")
+            else:
+                context.report(node, self.id, (
+                    f"`{name}` runs as `{new}` under `tf_lso.install()` "
+                    f"({line}). `--fix` writes that name, so that the file "
+                    "runs without `install()` too."), fixable=fixable,
+                    severity="info")
+            return True
+        message = _message(name, new, context.route)
+        if evidence:
+            message = (f"On TensorFlow 2.16+ `{written}` is Keras 3's class, "
+                       f"which {evidence}: TF 2.4's class is "
+                       "`tf_lso.LossScaleOptimizer`.")
+        if installed:
+            message += (" It runs before `tf_lso.install()` "
+                        f"({context.line(install.lineno)}), which provides "
+                        "it.")
+        elif install is not None:
+            message += (f" `tf_lso.install()` ({context.line(install.lineno)})"
+                        " does not provide TF's private modules.")
+        context.report(node, self.id, message + note, fixable=fixable)
         return True
 
     def _not_provided(self, node, name, context):
@@ -95,28 +148,97 @@ class LegacyName(rule.Rule):
                     self._not_provided(node, f"{module}.{alias.name}",
                                        context)
             if len(provided) == 1:
-                self._import(node, f"{module}.{provided[0].name}", context)
+                self._import(node, f"{module}.{provided[0].name}", context,
+                             written=f"{node.module}.{provided[0].name}")
             elif provided:
-                self._import(node, module, context)
+                self._import(node, module, context, written=node.module)
             return
         for alias in node.names:
             self._import(node, f"{module}.{alias.name}", context,
-                         alias.asname or alias.name)
+                         alias.asname or alias.name,
+                         written=f"{node.module}.{alias.name}")
 
-    def _import(self, node, name, context, local=None):
+    def _import(self, node, name, context, local=None, written=None):
         new = legacy_names.replacement(name)
         if new is None or not legacy_names.is_legacy_on(name, context.route):
             return
-        message = _message(name, new, context.route)
-        fixable = local not in context.unprovided
+        fixable, note = local not in context.unprovided, ""
         if not fixable:
-            message += (f" `--fix` leaves this import: names that tf_lso "
-                         f"does not provide are used through `{local}`.")
-        context.report(node, self.id, message, fixable=fixable)
+            note = (f" `--fix` leaves this import: names that tf_lso does "
+                    f"not provide are used through `{local}`.")
+        self._legacy(node, name, new, written or name, context, fixable, note)
 
     def fix(self, module, tree, cst, lines, route):
         """Rewrites the provided legacy names on `lines` (and their imports)."""
         return _fix_module(module, tree, cst, lines, route)
+
+
+def _tf24_evidence(context):
+    """Where the file uses what Keras 3's LossScaleOptimizer lacks and TF
+    2.4's has, as the end of a sentence about Keras 3's class ("has no
+    `get_scaled_loss` (line 30)"), or None; found once per file."""
+    notes = context.notes["legacy-name"]
+    if "evidence" in notes:
+        return notes["evidence"]
+    found = []
+    for node in ast.walk(context.tree):
+        if isinstance(node, ast.Attribute) and isinstance(
+                node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES:
+            found.append((node, f"has no `{node.attr}`"))
+        elif isinstance(node, ast.Call) and (
+                context.resolve(node.func) or ("",))[0] == KERAS3_LSO:
+            for keyword in node.keywords:
+                if keyword.arg in _TF24_KEYWORDS:
+                    found.append((node, f"takes no `{keyword.arg}=`"))
+            if len(node.args) > 1:
+                found.append((node, "takes `initial_scale` as its second "
+                                    "positional argument, not TF 2.4's "
+                                    "`dynamic`"))
+    first = min(found, key=lambda f: (f[0].lineno, f[0].col_offset),
+                default=None)
+    notes["evidence"] = None if first is None else (
+        f"{first[1]} ({context.line(first[0].lineno)})")
+    return notes["evidence"]
+
+
+def _install(context):
+    """The first `tf_lso.install()` call of the file, or None; found once."""
+    notes = context.notes["legacy-name"]
+    if "install" not in notes:
+        notes["install"] = min(
+            (node for node in ast.walk(context.tree)
+             if isinstance(node, ast.Call)
+             and (context.resolve(node.func) or ("",))[0] == "tf_lso.install"),
+            key=lambda node: (node.lineno, node.col_offset), default=None)
+    return notes["install"]
+
+
+def _runs_after(install, node, context):
+    """Whether `node` runs after the `install` call: in a function (run
+    later), or in the module's code after a module-level call."""
+    notes = context.notes["legacy-name"]
+    if "module_level" not in notes:
+        module_level, pending = set(), list(context.tree.body)
+        while pending:
+            child = pending.pop()
+            module_level.add(id(child))
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                      ast.Lambda)):
+                pending.extend(ast.iter_child_nodes(child))
+        notes["module_level"] = module_level
+    module_level = notes["module_level"]
+    if id(node) not in module_level:
+        return True
+    return id(install) in module_level and (
+        (install.lineno, install.col_offset) < (node.lineno, node.col_offset))
+
+
+def _under_install(written, line):
+    return (f"Under `tf_lso.install()` ({line}) `{written}` is "
+            "`tf_lso.LossScaleOptimizer`, TF 2.4's class, not Keras 3's: its "
+            "second positional argument is `dynamic`, and `iterations` counts "
+            "the steps it skips. `keras.optimizers.LossScaleOptimizer` stays "
+            "Keras 3's.")
 
 
 def _message(name, new, route):
