@@ -540,6 +540,30 @@ def test_a_helper_finding_names_the_call_inside_and_the_callers_value():
         "them at 5.0 clips almost every one.")
 
 
+def test_the_analyses_skip_files_that_never_scale_or_set_a_policy(
+        monkeypatch):
+    # Issue 60: most files never scale a loss or set a mixed policy; the
+    # two analyses are most of the time a file takes, so they are skipped.
+    from tf_lso_migration.rules import _gradient_flow
+    from tf_lso_migration.rules import _policies
+
+    def analyzed(*args):
+        raise AssertionError("analyzed")
+
+    monkeypatch.setattr(_gradient_flow._Flow, "analyze", analyzed)
+    monkeypatch.setattr(_policies, "policy_sets", analyzed)
+    assert _found("import tensorflow as tf\n"
+                  "tf.keras.mixed_precision.set_global_policy('float32')\n"
+                  "g = tape.gradient(loss, vs)\n"
+                  "opt.apply_gradients(zip(g, vs))\n") == []
+    for source in ("s = opt.scale_loss(loss)\n",
+                   "s = opt.get_scaled_loss(loss)\n",
+                   "k.set_global_policy('mixed_float16')\n",
+                   "k.set_global_policy('mixed_bfloat16')\n"):
+        with pytest.raises(AssertionError, match="analyzed"):
+            _found(source)
+
+
 def test_the_rules_hold_on_both_routes():
     source = (FIXTURES / "unscale_once_before.py").read_text()
     assert _found(source, check.Options(

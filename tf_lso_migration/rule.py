@@ -23,6 +23,7 @@ import re
 import textwrap
 import types
 from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Set
 from typing import TYPE_CHECKING
@@ -62,6 +63,9 @@ class Rule:
             it is not run.
         section: The heading in docs/migration.md that explains it.
         visits: The `ast` node classes whose nodes `visit` is called with.
+        mentions: Words of which a file's text holds one wherever the rule
+            can find something; in another file it is not run (a cheap
+            test first). Empty: run on every file.
     """
 
     # Declared, not set: a subclass sets them (`register` checks it did).
@@ -70,6 +74,7 @@ class Rule:
     section: str
     routes: tuple[str, ...] = ROUTES
     visits: tuple[type[ast.AST], ...] = ()
+    mentions: tuple[str, ...] = ()
 
     def _doc_paragraphs(self) -> list[str]:
         doc = inspect.cleandoc(type(self).__dict__.get("__doc__") or "")
@@ -213,11 +218,29 @@ def anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
+# What statements are in: statements, `except` and `case` clauses.
+_HOLD_STATEMENTS: tuple[type[ast.AST], ...] = (
+    ast.stmt, ast.excepthandler, *(
+        [ast.match_case] if hasattr(ast, "match_case") else []))
+
+
+def statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """The statements in `tree` (and `except` and `case` clauses), in the
+    order `ast.walk` gives them; not the expressions, which hold none."""
+    pending = collections.deque([tree])
+    while pending:
+        node = pending.popleft()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, _HOLD_STATEMENTS):
+                pending.append(child)
+                yield child
+
+
 def imported_names(tree: ast.AST,
                    nodes: Iterable[ast.AST] | None = None) -> dict[str, str]:
     """Local name -> canonical dotted name, for every import in `tree`.
 
-    `nodes`: `list(ast.walk(tree))`, if the caller has it already.
+    `nodes`: `statements(tree)` (or every node), if the caller has them.
     """
     names: dict[str, str] = {}
     for node in nodes or ast.walk(tree):
@@ -301,19 +324,30 @@ class Context:
 
     def __init__(self, tree: ast.Module, report: Report,
                  route: str = ROUTES[0],
-                 line_name: Callable[[int], str] | None = None) -> None:
-        nodes = list(ast.walk(tree))  # Walked once, for all three.
+                 line_name: Callable[[int], str] | None = None,
+                 source: str | None = None) -> None:
+        nodes = list(statements(tree))  # Imports and classes are statements.
         names = imported_names(tree, nodes)
         self.tree = tree
         self.names = dict(names)
         self.classes = {node.name: node for node in nodes
                         if isinstance(node, ast.ClassDef)}
-        self.unprovided = unprovided_aliases(tree, names, nodes)
+        self.unprovided = unprovided_aliases(tree, names) if any(
+            base in legacy_names.LEGACY_MODULES for base in names.values()
+        ) else set()
         self.notes: collections.defaultdict[str, dict[str, Any]] = (
             collections.defaultdict(dict))
         self.route = route
         self._report = report
         self._line_name = line_name
+        self._source = source
+
+    def mentions(self, *words: str) -> bool:
+        """Whether the file's text holds any of `words` (True for none, or
+        where the text is not known): `Rule.mentions`' test."""
+        if self._source is None or not words:
+            return True
+        return any(word in self._source for word in words)
 
     def line(self, number: int) -> str:
         """How a message names line `number` of the file: "line 5", or in

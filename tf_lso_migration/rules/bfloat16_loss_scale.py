@@ -40,6 +40,7 @@ class Bfloat16LossScale(rule.Rule):
 
     id, severity = "bfloat16-loss-scale", "warning"
     section = "Mixed-precision bugs"
+    mentions = ("mixed_bfloat16",)  # The policy, written out.
 
     def finish(self, context):
         policy = mp.file_policy(context, "mixed_bfloat16")

@@ -37,6 +37,7 @@ class ClipBeforeUnscale(rule.Rule):
 
     id, severity = "clip-before-unscale", "warning"
     section = "Mixed-precision bugs"
+    mentions = flow.MENTIONS
 
     def finish(self, context):
         for event in flow.gradient_events(context):

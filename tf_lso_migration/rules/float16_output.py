@@ -81,6 +81,7 @@ class Float16Output(rule.Rule):
 
     id, severity = "float16-output", "warning"
     section = "Mixed-precision bugs"
+    mentions = ("mixed_float16",)  # The policy, written out.
     fixes = True
 
     def finish(self, context):
@@ -94,7 +95,8 @@ class Float16Output(rule.Rule):
 
     def fix(self, module, tree, cst, lines, route):
         """Gives the last layers on `lines` `dtype="float32"`."""
-        context = rule.Context(tree, lambda *_: None, route)
+        context = rule.Context(tree, lambda *_: None, route,
+                               source=module.code)
         policy = mp.file_policy(context, "mixed_float16")
         if policy is None:
             return module

@@ -60,6 +60,8 @@ class LegacyName(rule.Rule):
     id, severity = "legacy-name", "error"
     section = "Old call → new call"
     visits = (ast.Import, ast.ImportFrom, ast.Attribute, ast.Name)
+    # Every legacy name and module is in one of these modules.
+    mentions = ("experimental", "mixed_precision")
     fixes = True
 
     def visit(self, node, context):

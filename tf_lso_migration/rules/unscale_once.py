@@ -41,6 +41,7 @@ class UnscaleOnce(rule.Rule):
 
     id, severity = "unscale-once", "warning"
     section = "Mixed-precision bugs"
+    mentions = flow.MENTIONS
 
     def finish(self, context):
         for event in flow.gradient_events(context):
