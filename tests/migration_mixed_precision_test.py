@@ -257,6 +257,30 @@ def test_cases(source, expected):
 # Issue 60: paths, calls followed one level down, aliases; and what stays
 # silent because it is not sure.
 PATH_CASES = [
+    # google/automl's EfficientDet shape, with the clip moved before the
+    # unscale: the other branch names the loss as it is.
+    ("import tensorflow as tf\n"
+     "class T(tf.keras.Model):\n"
+     "    def train_step(self, data):\n"
+     "        with tf.GradientTape() as tape:\n"
+     "            total_loss = self.total\n"
+     "            if isinstance(self.optimizer, LossScaleOptimizer):\n"
+     "                scaled_loss = self.optimizer.get_scaled_loss(total_loss)\n"
+     "            else:\n"
+     "                scaled_loss = total_loss\n"
+     "        gradients = tape.gradient(scaled_loss, self.trainable_variables)\n"
+     "        gradients, _ = tf.clip_by_global_norm(gradients, 10.0)\n"
+     "        if isinstance(self.optimizer, LossScaleOptimizer):\n"
+     "            gradients = self.optimizer.get_unscaled_gradients(gradients)\n"
+     "        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))\n",
+     [(11, "clip-before-unscale")]),
+    # A test of each element in a comprehension is not a path of the list.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    g = [tf.clip_by_norm(x, 1.0) if x is not None else None for x in g]\n"
+     "    tf.clip_by_global_norm(g, 1.0)\n",
+     [(4, "clip-before-unscale"), (5, "clip-before-unscale")]),
     # Scaled and unscaled under two different tests: which paths meet is
     # not known (the flags may be one).
     ("def step(opt, tape, loss, vs, a, b):\n"
@@ -391,6 +415,16 @@ PATH_CASES = [
 @pytest.mark.parametrize("source, expected", PATH_CASES)
 def test_path_cases(source, expected):
     assert _found(source) == expected
+
+
+def test_a_test_of_each_element_is_not_named():
+    found = check.check_source(
+        "import tensorflow as tf\n"
+        "def step(opt, tape, loss, vs):\n"
+        "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+        "    g = [x if x is not None else None for x in g]\n"
+        "    tf.clip_by_global_norm(g, 1.0)\n", options=ONLY_NEW)
+    assert [f.message[:26] for f in found] == ["`tf.clip_by_global_norm` c"]
 
 
 def test_a_finding_on_a_path_names_its_condition():

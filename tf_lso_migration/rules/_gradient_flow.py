@@ -142,6 +142,12 @@ class Value:
         return self.kind in ("grads", "grad")
 
 
+def _followed(value: Value | None) -> bool:
+    """Whether a value is one the flow follows (not an alias or a scale,
+    which only say what an untracked value names)."""
+    return value is not None and value.kind not in ("alias", "scale")
+
+
 @dataclasses.dataclass(frozen=True)
 class Event:
     """A place where the flow found a bug.
@@ -189,14 +195,25 @@ def _merge(first: _Env | None, second: _Env | None,
         return first
     merged = {}
     for name in first.keys() | second.keys():
-        one, other = first.get(name), second.get(name)
-        if one == other:
+        one = _on_path(first.get(name), second.get(name), test)
+        if one is not None:
             merged[name] = one
-        elif test is not None and other is None and one is not None:
-            merged[name] = one.under({test})
-        elif test is not None and one is None and other is not None:
-            merged[name] = other.under({(test[0], not test[1])})
-    return {name: value for name, value in merged.items() if value}
+    return merged
+
+
+def _on_path(one: Value | None, other: Value | None,
+             test: tuple[Condition, bool] | None) -> Value | None:
+    """One value for `one` where `test` holds and `other` where not: the
+    same, or the one the flow follows on its path; else None."""
+    if one == other:
+        return one
+    if test is None:
+        return None
+    if _followed(one) and not _followed(other):
+        return one.under({test})  # type: ignore[union-attr]
+    if _followed(other) and not _followed(one):
+        return other.under({(test[0], not test[1])})  # type: ignore[union-attr]
+    return None
 
 
 def _assume(env: _Env, test: tuple[Condition, bool] | None) -> _Env:
@@ -213,11 +230,16 @@ def _assume(env: _Env, test: tuple[Condition, bool] | None) -> _Env:
     return assumed
 
 
+def _reads(condition: Condition, stored: str) -> bool:
+    """Whether a test reads `stored` (a name or dotted name)."""
+    return any(read == stored or read.startswith(stored + ".")
+               for read in condition.reads)
+
+
 def _forget(env: _Env, stored: str) -> None:
-    """Ends the paths whose test reads `stored` (a name or dotted name)."""
+    """Ends the paths whose test reads `stored`."""
     for name, value in list(env.items()):
-        if any(read == stored or read.startswith(stored + ".")
-               for condition, _ in value.when for read in condition.reads):
+        if any(_reads(condition, stored) for condition, _ in value.when):
             del env[name]
 
 
@@ -622,13 +644,7 @@ class _Flow:
             first = self._eval(node.body, _assume(env, test))
             second = self._eval(node.orelse, _assume(env, test and (
                 test[0], not test[1])))
-            if first == second:
-                return first
-            if test is not None and second is None and first is not None:
-                return first.under({test})
-            if test is not None and first is None and second is not None:
-                return second.under({(test[0], not test[1])})
-            return None
+            return _on_path(first, second, test)
         if isinstance(node, ast.NamedExpr):
             value = self._eval(node.value, env)
             self._bind(node.target, value, env)
@@ -656,7 +672,12 @@ class _Flow:
         if len(node.generators) != 1:
             return None
         if element is not None and element.kind == "grad":
-            return element.becomes("grads")
+            # A test of each element (`x if x is not None else None`) is
+            # not a path of the list.
+            targets = set(_names_stored(node.generators[0].target))
+            return dataclasses.replace(element, kind="grads", when=frozenset(
+                (condition, holds) for condition, holds in element.when
+                if not any(_reads(condition, t) for t in targets)))
         if isinstance(node.elt, ast.Tuple) and len(node.elt.elts) == 2:
             first = self._eval_quietly(node.elt.elts[0], inner)
             if first is not None and first.kind == "grad":
