@@ -774,6 +774,12 @@ LOSS_SCALE_OPTIMIZER_CASES = [
      "                         dynamic_growth_steps=1000)\n"
      "isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)\n",
      []),
+    # Another object's `loss_scale` says nothing of the optimizer
+    # (tensorflow/models' `runtime_config.loss_scale`).
+    ("import tensorflow as tf\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner)\n"
+     "configure(opt, loss_scale=runtime_config.loss_scale)\n",
+     []),
     # Before `tf_lso.install()` it is Keras 3's class too.
     ("import keras\n"
      "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"

@@ -17,8 +17,9 @@ EXPERIMENTAL_LSO = "tf_lso.experimental.LossScaleOptimizer"
 # TF 2.4's class, whose name is Keras 3's class on TensorFlow 2.16+: legacy
 # only where the file uses what Keras 3's class lacks.
 KERAS3_LSO = "tf.keras.mixed_precision.LossScaleOptimizer"
+# (Not `loss_scale`: configs and policies have one too.)
 _TF24_ATTRIBUTES = ("get_scaled_loss", "get_unscaled_gradients",
-                    "dynamic_counter", "loss_scale")
+                    "dynamic_counter")
 _TF24_KEYWORDS = ("dynamic", "loss_scale")
 
 
@@ -46,8 +47,8 @@ class LegacyName(rule.Rule):
     spelled `keras.mixed_precision.LossScaleOptimizer`) is Keras 3's class
     on TensorFlow 2.16+, and `LossScaleOptimizer(opt, initial_scale=1024)`
     is valid Keras 3 code: it is reported only where the file uses what
-    Keras 3's class lacks (`dynamic=`, a positional second argument,
-    `get_scaled_loss`, `get_unscaled_gradients`, `loss_scale`,
+    Keras 3's class lacks (`dynamic=`, `loss_scale=`, a positional second
+    argument, `get_scaled_loss`, `get_unscaled_gradients`,
     `dynamic_counter`), and on the tf_keras route never (there it is
     tf_keras's own, TF 2.4's class).
 
