@@ -169,13 +169,13 @@ REWRITES = [
     ("""\
      import tensorflow as tf
      tf.keras.mixed_precision.experimental.set_policy('mixed_float16')
-     model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+     model = tf.keras.Sequential([tf.keras.layers.Softmax()])
      model.compile(loss='mse')
      """, """\
      import tensorflow as tf
      import tf_lso
      tf_lso.experimental.set_policy('mixed_float16')
-     model = tf.keras.Sequential([tf.keras.layers.Dense(1, dtype="float32")])
+     model = tf.keras.Sequential([tf.keras.layers.Softmax(dtype="float32")])
      model.compile(loss='mse')
      """),
     # Not sure: a layer built elsewhere (`self.out`), an op; the message

@@ -216,7 +216,7 @@ CASES = [
      "model = keras.Sequential([keras.layers.Dense(4),\n"
      "                          keras.layers.Softmax()])\n"
      "other = keras.Sequential([keras.layers.Dense(4)])\n"
-     "other.add(keras.layers.Dense(1))\n"
+     "other.add(keras.layers.Dense(1, activation='sigmoid'))\n"
      "unread = keras.Sequential([keras.layers.Dense(4)])\n"
      "model.compile(loss='mse')\n"
      "other.fit(x, y)\n",
@@ -237,12 +237,12 @@ CASES = [
     # float32 layer would; a cast of something else does not.
     ("import tensorflow as tf\n"
      "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
-     "model = tf.keras.Sequential([tf.keras.layers.Dense(4)])\n"
+     "model = tf.keras.Sequential([tf.keras.layers.Softmax()])\n"
      "loss = loss_fn(y, tf.cast(model(x), tf.float32))\n",
      []),
     ("import tensorflow as tf\n"
      "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
-     "model = tf.keras.Sequential([tf.keras.layers.Dense(4)])\n"
+     "model = tf.keras.Sequential([tf.keras.layers.Softmax()])\n"
      "x = tf.cast(x, tf.float32)\n"
      "loss = loss_fn(y, model(x))\n",
      [(3, "float16-output")]),
@@ -272,7 +272,8 @@ PATH_CASES = [
      "        gradients, _ = tf.clip_by_global_norm(gradients, 10.0)\n"
      "        if isinstance(self.optimizer, LossScaleOptimizer):\n"
      "            gradients = self.optimizer.get_unscaled_gradients(gradients)\n"
-     "        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))\n",
+     "        self.optimizer.apply_gradients(\n"
+     "            zip(gradients, self.trainable_variables))\n",
      [(11, "clip-before-unscale")]),
     # A test of each element in a comprehension is not a path of the list.
     ("import tensorflow as tf\n"
@@ -480,7 +481,7 @@ OUTPUT_CASES = [
      "    if not top:\n"
      "        x = layers.GlobalMaxPooling2D()(x)\n"
      "    else:\n"
-     "        x = layers.Dense(10)(x)\n"
+     "        x = layers.Dense(10, activation=keras.activations.softmax)(x)\n"
      "    return keras.Model(inputs, x)\n"
      "build(i, h, True).fit(x, y)\n"
      "m = build(i, h, True)\n"
@@ -522,6 +523,26 @@ OUTPUT_CASES = [
 @pytest.mark.parametrize("source, expected", OUTPUT_CASES)
 def test_output_cases(source, expected):
     assert _found(source) == expected
+
+
+def test_a_float16_linear_output_is_reported_where_losses_keep_its_dtype():
+    # keras-team/keras-io's KerasNLP guide: float16 logits read by
+    # `from_logits=True`. Keras 3's losses convert what they read to float32
+    # first, so only float16 probabilities (softmax, sigmoid) lose what the
+    # loss cannot get back there; tf_keras's compute in the output's dtype.
+    source = (
+        "import keras\n"
+        "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "outputs = keras.layers.Dense(2)(features)\n"
+        "model = keras.Model(inputs, outputs)\n"
+        "model.compile(loss=keras.losses.SparseCategoricalCrossentropy(\n"
+        "    from_logits=True))\n"
+        "probs = keras.layers.Dense(2, 'softmax')(features)\n"
+        "keras.Model(inputs, probs).fit(x, y)\n")
+    assert _found(source) == [(7, "float16-output")]
+    assert _found(source, check.Options(select=NEW_RULES,
+                                        route="tf-keras")) == [
+        (3, "float16-output"), (7, "float16-output")]
 
 
 def test_the_float16_output_message_names_what_reads_it_and_the_fix():

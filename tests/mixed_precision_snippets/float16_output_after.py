@@ -27,10 +27,18 @@ def functional_classifier(num_classes):
     return tf.keras.Model(inputs=inputs, outputs=outputs)
 
 
-def regressor():
+def binary_classifier():
     inputs = tf.keras.Input(shape=(16,))
     hidden = layers.Dense(64, activation="relu")(inputs)
-    return tf.keras.Model(inputs, layers.Dense(1, dtype="float32")(hidden))
+    return tf.keras.Model(inputs, layers.Dense(1, activation="sigmoid",
+                                               dtype="float32")(hidden))
+
+
+def regressor():
+    # A float16 linear output: Keras 3's losses read it in float32.
+    inputs = tf.keras.Input(shape=(16,))
+    hidden = layers.Dense(64, activation="relu")(inputs)
+    return tf.keras.Model(inputs, layers.Dense(1)(hidden))
 
 
 def resnet_head(img_input, x, num_classes):
@@ -137,6 +145,8 @@ model = classifier(10)
 model.compile(loss="sparse_categorical_crossentropy", optimizer="adam")
 functional = functional_classifier(10)
 functional.compile("adam", "sparse_categorical_crossentropy")
+binary = binary_classifier()
+binary.fit(images, labels)
 regression = regressor()
 regression.fit(images, labels)
 resnet = resnet_head(tf.keras.Input((224, 224, 3)), None, 1000)

@@ -31,11 +31,11 @@ def functional_classifier(num_classes):
     return tf.keras.Model(inputs=inputs, outputs=outputs)
 
 
-def regressor():
+def binary_classifier():
     inputs = tf.keras.Input(shape=(16,))
     hidden = layers.Dense(64, activation="relu")(inputs)
     # finds: float16-output
-    return tf.keras.Model(inputs, layers.Dense(1)(hidden))
+    return tf.keras.Model(inputs, layers.Dense(1, activation="sigmoid")(hidden))
 
 
 # tensorflow/models PR #6309 (ResNet-50): `x` reassigned layer by layer.
@@ -105,8 +105,8 @@ model = classifier(10)
 model.compile(loss="sparse_categorical_crossentropy", optimizer="adam")
 functional = functional_classifier(10)
 functional.compile("adam", "sparse_categorical_crossentropy")
-regression = regressor()
-regression.fit(images, labels)
+binary = binary_classifier()
+binary.fit(images, labels)
 resnet = resnet_head(tf.keras.Input((224, 224, 3)), None, 1000)
 resnet.compile(optimizer="sgd", loss="categorical_crossentropy")
 quick = quicknet(tf.keras.Input((224, 224, 3)), None, 1000)

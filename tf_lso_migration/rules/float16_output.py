@@ -30,7 +30,9 @@ _PREDICTING = frozenset({
     "Convolution2D", "Convolution3D", "Conv1DTranspose", "Conv2DTranspose",
     "Conv3DTranspose", "Activation", "Softmax",
 })
-# Ops that compute a prediction in their input's dtype.
+# Activations that compute probabilities, and the ops that do, in their
+# input's dtype.
+_PROBABILITIES = frozenset({"softmax", "sigmoid", "log_softmax"})
 _ACTIVATIONS = frozenset({
     "tf.nn.softmax", "tf.math.softmax", "tf.nn.log_softmax",
     "tf.math.log_softmax", "tf.nn.sigmoid", "tf.math.sigmoid", "tf.sigmoid",
@@ -73,7 +75,11 @@ class Float16Output(rule.Rule):
     generator), a model ending in another kind of layer than a dense,
     convolution or activation layer (pooling: features), a layer with a
     `dtype` argument anywhere in its call, `Lambda` layers, multi-output
-    models, and models built or read in another file. `--fix` adds
+    models, and models built or read in another file. On the keras3 route
+    a last layer without a softmax or sigmoid (logits, a regression) is not
+    reported either: Keras 3's losses convert what they read to float32
+    first (the guide still advises float32 there); on the tf-keras route,
+    where losses compute in the output's dtype, it is. `--fix` adds
     `dtype="float32"` to a last layer built where the model is; where the
     layer is built elsewhere (`self.out = Dense(...)`) or the output is an
     op (`tf.nn.softmax(x)`), the message shows the corrected code.
@@ -123,11 +129,14 @@ class Alternative:
         inline: Whether the layer is built where the model is (so that
             `--fix` can give it a dtype); False for a layer built elsewhere
             and for an op.
+        linear: Whether it outputs no probabilities (logits, a regression):
+            reported only where losses compute in the output's dtype.
     """
 
     node: ast.Call | None
     when: tuple[tuple[str, bool], ...] = ()
     inline: bool = False
+    linear: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +197,8 @@ def float16_outputs(context: rule.Context,
                 continue  # Fit with `add_loss` only: what it reads is not sure.
             for alternative in model.alternatives:
                 node = alternative.node
+                if alternative.linear and context.route == "keras3":
+                    continue  # Keras 3's losses read it in float32.
                 if (node is not None and id(node) not in found
                         and mp.runs_under(context, node, policy)):
                     found[id(node)] = Output(node, alternative.when,
@@ -590,14 +601,37 @@ def _local_names(function: Any) -> set[str]:
 def _layer(context, node, inline):
     """The alternative a layer's constructor call makes: float16 where it
     predicts and nothing in its call says a dtype (`dtype=`, `**kwargs`);
-    else not reported (node None)."""
+    else not reported (node None).
+
+    On Keras 3 a loss converts what it reads to float32 first, so only a
+    layer that computes probabilities (softmax, sigmoid) loses what the
+    loss cannot get back; on tf_keras a loss computes in the output's
+    dtype, so a linear output (logits, a regression) counts there too.
+    """
     for child in ast.walk(node):
         if isinstance(child, ast.Call) and any(
                 k.arg in (None, "dtype") for k in child.keywords):
             return Alternative(None)
-    if _layer_class(context, node.func) not in _PREDICTING:
+    kind = _layer_class(context, node.func)
+    if kind not in _PREDICTING:
         return Alternative(None)
-    return Alternative(node, (), inline)
+    return Alternative(node, (), inline,
+                       linear=not _probabilities(context, node, kind))
+
+
+def _probabilities(context, node, kind):
+    """Whether a predicting layer's constructor call makes it compute
+    probabilities: `Softmax()`, `activation='softmax'` (or `'sigmoid'`,
+    or `tf.nn.softmax`)."""
+    if kind == "Softmax":
+        return True
+    index = 0 if kind == "Activation" else 1
+    activation = node.args[index] if len(node.args) > index else next(
+        (k.value for k in node.keywords if k.arg == "activation"), None)
+    name = mp.string_argument(activation)
+    if name is None and activation is not None:
+        name = (mp.behaviour(context, activation) or "").rpartition(".")[2]
+    return name in _PROBABILITIES
 
 
 def _dotted(node):
