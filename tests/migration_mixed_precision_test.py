@@ -275,6 +275,12 @@ PATH_CASES = [
      "        self.optimizer.apply_gradients(\n"
      "            zip(gradients, self.trainable_variables))\n",
      [(11, "clip-before-unscale")]),
+    # `tf.gradients` with its keywords.
+    ("import tensorflow as tf\n"
+     "def step(opt, loss, vs):\n"
+     "    g = tf.gradients(ys=opt.get_scaled_loss(loss), xs=vs)\n"
+     "    tf.clip_by_global_norm(g, 1.0)\n",
+     [(4, "clip-before-unscale")]),
     # A test of each element in a comprehension is not a path of the list.
     ("import tensorflow as tf\n"
      "def step(opt, tape, loss, vs):\n"

@@ -52,6 +52,12 @@ _CLIPS = frozenset({"clip_by_global_norm", "clip_by_norm", "clip_by_value",
 _NORMS = frozenset({"tf.linalg.global_norm", "tf.global_norm", "tf.norm",
                     "tf.linalg.norm", "tf.math.reduce_euclidean_norm"})
 _GRADIENTS = frozenset({"tf.gradients", "tf.compat.v1.gradients"})
+# The loss scaling protocol's methods, and what accumulates gradients.
+_PROTOCOL = frozenset({
+    "get_scaled_loss", "scale_loss", "gradient", "get_unscaled_gradients",
+    "apply_gradients", "apply", "minimize", "assign_add", "assign",
+    "assign_sub",
+})
 # Ops whose result is what their tensor argument was (scaled or not).
 _ELEMENTWISE = frozenset({
     "tf.where", "tf.identity", "tf.cast", "tf.dtypes.cast",
@@ -743,31 +749,47 @@ class _Flow:
         func = node.func
         self._eval(func.value if isinstance(func, ast.Attribute) else func,
                    env)
-
-        def value_of(index: int, keyword: str) -> Value | None:
-            argument = self._argument(node, index, keyword)
-            return None if argument is None else values.get(id(argument))
-
         method = func.attr if isinstance(func, ast.Attribute) else None
-        receiver = self._key(func.value, env) if isinstance(
-            func, ast.Attribute) else ""
         name = self._name(func)
         simple = len(node.args) == 1 and not node.keywords and not isinstance(
             node.args[0], ast.Starred)
-        if method in ("get_scaled_loss", "scale_loss") and simple:
+        if name in _GRADIENTS:
+            method = "gradient"  # tf.gradients(ys, xs)
+        if method in _PROTOCOL and (
+                simple or method not in ("get_scaled_loss", "scale_loss")):
+            return self._protocol(node, method, values, env)
+        followed = self._follow(node, values, env)
+        if followed is not None:
+            return followed[0]
+        return self._library(node, name, values, env)
+
+    def _value_of(self, node: ast.Call, values: dict[int, Value | None],
+                  index: int, keyword: str) -> Value | None:
+        argument = self._argument(node, index, keyword)
+        return None if argument is None else values.get(id(argument))
+
+    def _protocol(self, node: ast.Call, method: str,
+                  values: dict[int, Value | None], env: _Env) -> Value | None:
+        """A call of the loss scaling protocol: scale, take gradients,
+        unscale, apply, minimize, accumulate."""
+        func = node.func
+        receiver = self._key(func.value, env) if isinstance(
+            func, ast.Attribute) else ""
+        if method in ("get_scaled_loss", "scale_loss"):
             loss = values.get(id(node.args[0]))
             if loss is not None and loss.kind == "loss" and (
                     loss.by == receiver):
                 self._event(node, "scaled-twice", loss)
             return Value("loss", TF2 if method == "get_scaled_loss"
                          else KERAS3, by=receiver)
-        if method == "gradient" or name in _GRADIENTS:
-            target = value_of(0, "target" if method else "ys")
+        if method == "gradient":  # tape.gradient(target), tf.gradients(ys)
+            target = (self._value_of(node, values, 0, "target")
+                      or self._value_of(node, values, 0, "ys"))
             if target is not None and target.kind == "loss":
                 return dataclasses.replace(target, kind="grads", by="")
             return None
         if method == "get_unscaled_gradients":
-            grads = value_of(0, "grads")
+            grads = self._value_of(node, values, 0, "grads")
             if grads is None or not grads.gradients:
                 return None
             if grads.unscaled:
@@ -776,36 +798,38 @@ class _Flow:
                                        unscaled=grads.unscaled + 1,
                                        by=receiver)
         if method == "apply_gradients":
-            pairs = value_of(0, "grads_and_vars")
+            pairs = self._value_of(node, values, 0, "grads_and_vars")
             if (pairs is not None and pairs.kind == "pairs"
                     and pairs.protocol == TF2 and pairs.scaled):
                 self._event(node, "never", pairs)
-            return None
-        if method == "apply":
-            grads = value_of(0, "grads")
+        elif method == "apply":
+            grads = self._value_of(node, values, 0, "grads")
             if (grads is not None and grads.kind == "grads" and grads.unscaled
                     and grads.by == receiver):
                 self._event(node, "twice", grads)
-            return None
-        if method == "minimize":
+        elif method == "minimize":
             loss = self._callable_loss(self._argument(node, 0, "loss"), env)
             if loss is not None and loss.kind == "loss" and (
                     loss.by == receiver):
                 self._event(node, "scaled-twice", loss)
-            return None
-        if method in ("assign_add", "assign", "assign_sub"):
-            self._accumulate(node, method, value_of(0, "value"))
-            return None
-        followed = self._follow(node, values, env)
-        if followed is not None:
-            return followed[0]
+        else:  # assign_add, assign, assign_sub
+            self._accumulate(node, method,
+                             self._value_of(node, values, 0, "value"))
+        return None
+
+    def _library(self, node: ast.Call, name: str | None,
+                 values: dict[int, Value | None], env: _Env) -> Value | None:
+        """A call of TensorFlow, a logger, another module or a builtin."""
+        func = node.func
+        method = func.attr if isinstance(func, ast.Attribute) else None
         if name is not None and name.startswith(("tf.", "tf.compat.v1.")):
             last = name.rpartition(".")[2]
             if last in _CLIPS and name in (f"tf.{last}",
                                            f"tf.compat.v1.{last}"):
                 return self._clip(node, values, last)
             if name in _NORMS:
-                grads = value_of(0, "t_list" if "global" in name else "tensor")
+                grads = self._value_of(node, values, 0, "t_list"
+                                       if "global" in name else "tensor")
                 if grads is not None and grads.scaled and grads.gradients:
                     return grads.becomes("norm")
                 return None
@@ -832,7 +856,7 @@ class _Flow:
         if "clip" in called and "scale" not in called:
             return self._named_clip(node, values)
         if isinstance(func, ast.Name) and func.id not in self._context.names:
-            if func.id in ("list", "tuple") and simple:
+            if func.id in ("list", "tuple") and len(node.args) == 1:
                 return values.get(id(node.args[0]))
             if func.id == "zip" and node.args:
                 first = values.get(id(node.args[0]))
