@@ -169,6 +169,32 @@ def test_an_indented_magic_alone_in_its_block_keeps_the_notebook(tmp_path):
         (1, 1, "legacy-name")]
 
 
+def test_comments_and_continued_lines_are_not_magics(tmp_path):
+    # A comment that ends in `?` (at any indent, or after code inside
+    # brackets) and a line that continues an expression (`!= b`, `% 3`)
+    # are Python, not `name?` help or a magic.
+    notebook = {"cells": [{"cell_type": "code", "source": [
+        "import tensorflow as tf\n",
+        "for i in r:\n",
+        "    print(i)\n",
+        "# should we log?\n",
+        "    print(2 * i)\n",
+        "layers = [\n",
+        "    tf.keras.layers.Dense(64),  # too small?\n",
+        "]\n",
+        "ok = (a\n",
+        "      != b)\n",
+        "n = (a\n",
+        "     % 3)\n",
+        "tf.train.experimental.FixedLossScale(2)",
+    ]}]}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook))
+    findings = migration_check.check_file(path)
+    assert [(f.cell, f.line, f.rule) for f in findings] == [
+        (0, 13, "legacy-name")]
+
+
 def test_bad_files_are_findings_not_crashes(tmp_path):
     (tmp_path / "bad.ipynb").write_text("{not json")
     (tmp_path / "latin1.py").write_bytes(b"x = '\xe9'\n")

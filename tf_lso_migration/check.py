@@ -286,13 +286,33 @@ def notebook_cells(text: str) -> list[tuple[int, str]]:
         lines = source.split("\n")
         if lines[0].startswith("%%"):  # A cell magic: not Python.
             lines = [""] * len(lines)
-        # Line magics, shell escapes and `name?` help: a `pass` at their
-        # indent, so that a block they are alone in stays a block.
-        lines = [line[:len(line) - len(line.lstrip())] + "pass"
-                 if line.lstrip().startswith(("%", "!", "?"))
-                 or line.rstrip().endswith("?") else line for line in lines]
-        cells.append((index, "\n".join(lines)))
+        cells.append((index, "\n".join(_without_magics(lines))))
     return cells
+
+
+# What is not code on a line: strings, a comment, a string left open.
+_NOT_CODE = re.compile(r"""(["'])(?:\\.|(?!\1).)*\1|#.*|["'].*""")
+
+
+def _without_magics(lines: list[str]) -> Iterator[str]:
+    """`lines` with each line magic, shell escape and `name?` help a `pass`
+    at its indent, so that a block it is alone in stays a block.
+
+    A comment is Python, and so is a line inside brackets or after a `\\`
+    (`!= b`, `% 3`): they stay as they are.
+    """
+    depth, continued = 0, False
+    for line in lines:
+        code = _NOT_CODE.sub("", line).strip()
+        if not depth and not continued and (
+                line.lstrip().startswith(("%", "!", "?"))
+                or code.endswith("?")):
+            yield line[:len(line) - len(line.lstrip())] + "pass"
+            continue
+        depth = max(0, depth + sum(map(code.count, "([{"))
+                    - sum(map(code.count, ")]}")))
+        continued = code.endswith("\\")
+        yield line
 
 
 def _check_notebook(text, path, options):
