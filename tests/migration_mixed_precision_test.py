@@ -677,6 +677,33 @@ def test_a_notebook_message_names_lines_in_their_cells(tmp_path):
         "2 of cell 1: ")
 
 
+def test_a_notebook_message_offers_no_fix(tmp_path):
+    # `--fix` leaves notebooks: the message shows the code, and says no
+    # more.
+    notebook = tmp_path / "train.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "source":
+        "import tensorflow as tf\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "m = tf.keras.Sequential([tf.keras.layers.Softmax()])\n"
+        "m.compile(loss='mse')\n"}]}))
+    [found] = check.check_file(notebook, ONLY_NEW)
+    assert (found.line, found.fixable) == (3, False)
+    assert found.message.endswith(
+        "Give it `dtype='float32'`: `tf.keras.layers.Softmax(dtype="
+        "'float32')`.")
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "source":
+        "import tf_lso\n"
+        "tf_lso.install()\n"
+        "import tensorflow as tf\n"
+        "s = tf.train.experimental.DynamicLossScale()\n"}]}))
+    [found] = check.check_file(notebook)
+    assert found.message == (
+        "`tf.train.experimental.DynamicLossScale` runs as "
+        "`tf_lso.experimental.DynamicLossScale` under `tf_lso.install()` "
+        "(line 2 of cell 0). Written so, the file runs without `install()` "
+        "too.")
+
+
 def test_sarif_and_rule_page(capsys):
     before = FIXTURES / "float16_output_before.py"
     assert cli.main(["check", str(before), "--format", "sarif",

@@ -174,7 +174,7 @@ def check_source(source: str, path: str = "<string>",
                  cell: int | None = None, collapse: bool = True,
                  options: Options | None = None,
                  line_name: Callable[[int], str] | None = None,
-                 ) -> list[Finding]:
+                 fixes: bool = True) -> list[Finding]:
     """Findings in Python source text, sorted by position.
 
     Args:
@@ -185,6 +185,8 @@ def check_source(source: str, path: str = "<string>",
         options: `Options` (default: every rule, on the default route).
         line_name: How a message names another line of `source` (default
             "line N"; a notebook's cells joined say which cell).
+        fixes: Whether `--fix` rewrites `source` (a notebook's it does
+            not): if not, no finding is fixable.
 
     Returns:
         A list of `Finding`s. A syntax error gives one `unparsable` finding.
@@ -205,7 +207,7 @@ def check_source(source: str, path: str = "<string>",
                              message, cell, fixable, severity=severity))
 
     _walk(tree, rule_lib.Context(tree, report, options.route, line_name,
-                                 source), options)
+                                 source, fixes), options)
     ignored = suppressions(source)
     found = [f for f in set(found)
              if options.reports(f.rule) and not _suppressed(f, ignored)]
@@ -332,12 +334,12 @@ def _check_notebook(text, path, options):
         return f"line {line} of cell {cell}"
 
     findings = []
+    # Checked, not rewritten: `--fix` leaves notebooks alone.
     for finding in check_source("\n".join(lines), path, collapse=False,
-                                options=options, line_name=line_name):
+                                options=options, line_name=line_name,
+                                fixes=False):
         cell, line = in_cell(finding.line)
-        # Checked, not rewritten: `--fix` leaves notebooks alone.
-        findings.append(dataclasses.replace(
-            finding, line=line, cell=cell, fixable=False))
+        findings.append(dataclasses.replace(finding, line=line, cell=cell))
     if findings:
         where = _NotebookText(text)
         findings = [dataclasses.replace(f, **where.position(f))

@@ -320,12 +320,14 @@ class Context:
         unprovided: `unprovided_aliases` of the file.
         notes: Per-rule state for the file: `notes[rule.id]` is a dict.
         route: The route (`ROUTES`) the code base is on.
+        fixes: Whether `--fix` rewrites the file (a notebook it does not):
+            if not, no finding is fixable.
     """
 
     def __init__(self, tree: ast.Module, report: Report,
                  route: str = ROUTES[0],
                  line_name: Callable[[int], str] | None = None,
-                 source: str | None = None) -> None:
+                 source: str | None = None, fixes: bool = True) -> None:
         nodes = list(statements(tree))  # Imports and classes are statements.
         names = imported_names(tree, nodes)
         self.tree = tree
@@ -338,6 +340,7 @@ class Context:
         self.notes: collections.defaultdict[str, dict[str, Any]] = (
             collections.defaultdict(dict))
         self.route = route
+        self.fixes = fixes
         self._report = report
         self._line_name = line_name
         self._source = source
@@ -371,7 +374,8 @@ class Context:
         """
         if fixable is None:
             fixable = RULES[rule_id].fixes
-        self._report(node, rule_id, message, fixable, severity)
+        self._report(node, rule_id, message, fixable and self.fixes,
+                     severity)
 
     def resolve(self, node: ast.AST) -> tuple[str, str] | None:
         """`dotted(node, self.names)`."""

@@ -219,7 +219,8 @@ def _message(context, policy, output):
     else:
         what = "This model's last layer computes in float16"
         instead = f"Give it `dtype='float32'`: `{_with_dtype(node)}`"
-        instead += " (`--fix` does)." if output.inline else "."
+        fixed = output.inline and context.fixes
+        instead += " (`--fix` does)." if fixed else "."
     text = (f"{what} under the 'mixed_float16' policy set at "
             f"{context.line(policy.node.lineno)}, and {output.reader} reads "
             "its output: the loss (softmax, cross-entropy) loses precision "

@@ -112,11 +112,12 @@ class LegacyName(rule.Rule):
                 context.report(node, self.id, _under_install(written, line),
                                fixable=False, severity="info")
             else:
+                rewrite = ("`--fix` writes that name, so that the file runs"
+                           if context.fixes else "Written so, the file runs")
                 context.report(node, self.id, (
                     f"`{name}` runs as `{new}` under `tf_lso.install()` "
-                    f"({line}). `--fix` writes that name, so that the file "
-                    "runs without `install()` too."), fixable=fixable,
-                    severity="info")
+                    f"({line}). {rewrite} without `install()` too."),
+                    fixable=fixable, severity="info")
             return True
         message = _message(name, new, context.route)
         if evidence:
