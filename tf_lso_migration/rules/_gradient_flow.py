@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tf_lso_migration import rule
+from tf_lso_migration.rules import _policies as mp
 
 TF2, KERAS3 = "tf2", "keras3"  # The protocols: who scaled the loss.
 
@@ -78,8 +79,6 @@ _SCALE_ATTRIBUTES = frozenset({"loss_scale", "dynamic_scale"})
 _STABLE = (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.BoolOp,
            ast.UnaryOp, ast.Subscript, ast.Call, ast.keyword, ast.cmpop,
            ast.boolop, ast.unaryop, ast.expr_context)
-_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "len", "bool",
-                       "None", "True", "False"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,24 +254,6 @@ def _phrase(when: When) -> str:
         for condition, holds in when))
 
 
-def _dotted(node: ast.AST) -> str | None:
-    """`self.opt.x` for a chain of attributes on a name, else None."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
-
-
-def _names_stored(node: ast.AST) -> Iterator[str]:
-    for child in ast.walk(node):
-        if isinstance(child, ast.Name) and isinstance(child.ctx,
-                                                      (ast.Store, ast.Del)):
-            yield child.id
-
-
 def _mentions_scale(nodes: Sequence[ast.AST]) -> bool:
     """Whether an expression names a scale (a clip norm times the scale)."""
     for node in nodes:
@@ -294,7 +275,7 @@ def _is_zero(node: ast.AST | None) -> bool:
     """`0`, `tf.zeros_like(v)`, `tf.zeros(...)`: a reset."""
     if isinstance(node, ast.Constant):
         return node.value == 0
-    return isinstance(node, ast.Call) and (_dotted(node.func) or "").rpartition(
+    return isinstance(node, ast.Call) and (mp.dotted(node.func) or "").rpartition(
         ".")[2] in ("zeros_like", "zeros")
 
 
@@ -441,7 +422,7 @@ class _Flow:
             self._bind(node.target, None, inside)
             self._bind_item(node.target, iterated, inside)
             after = _merge(env, self._block(node.body, inside))
-            for name in _names_stored(node):
+            for name in mp.names_stored(node):
                 if after is not None and after.get(name) != env.get(name):
                     after.pop(name, None)
             return self._block(node.orelse, after) if after else after
@@ -459,7 +440,7 @@ class _Flow:
             return self._try(node, env)
         # Anything else (import, del, global, match, ...): forget what it
         # stores, look at what it evaluates.
-        for name in _names_stored(node):
+        for name in mp.names_stored(node):
             self._bind(ast.Name(name, ast.Store()), None, env)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
@@ -489,7 +470,7 @@ class _Flow:
         after = self._block(node.orelse, after) if after else after
         for handler in node.handlers:
             started = dict(env)
-            for name in _names_stored(node):
+            for name in mp.names_stored(node):
                 started.pop(name, None)
             after = _merge(after, self._block(handler.body, started))
         if node.finalbody:
@@ -511,7 +492,7 @@ class _Flow:
                     and not isinstance(child.op, (ast.Not, ast.USub))):
                 return None
             if isinstance(child, (ast.Name, ast.Attribute)):
-                reads.add(_dotted(child) or "")
+                reads.add(mp.dotted(child) or "")
         roots = {read.split(".")[0] for read in reads if read}
         own = roots & self._local_names(self._function)
         where = ("" if not own else f"class {id(self._class())}"
@@ -526,14 +507,7 @@ class _Flow:
         if not isinstance(function, _FUNCTIONS):
             return set()
         if id(function) not in self._locals:
-            arguments = function.args
-            names = {a.arg for a in arguments.posonlyargs + arguments.args
-                     + arguments.kwonlyargs}
-            names.update(a.arg for a in (arguments.vararg, arguments.kwarg)
-                         if a is not None)
-            for statement in function.body:
-                names.update(_names_stored(statement))
-            self._locals[id(function)] = names - _BUILTINS
+            self._locals[id(function)] = mp.local_names(function)
         return self._locals[id(function)]
 
     def _class(self) -> ast.ClassDef | None:
@@ -561,7 +535,7 @@ class _Flow:
                     self._bind(element, part, env)
         else:
             # `grads[i] = ...`, `grads.x = ...`: the value is no longer sure.
-            stored = _dotted(target)
+            stored = mp.dotted(target)
             if stored is not None:
                 _forget(env, stored)
             base = target
@@ -590,7 +564,7 @@ class _Flow:
     def _plain(self, node: ast.AST, env: _Env) -> Value | None:
         """What an untracked value still says: an alias of a dotted name
         (`opt = self.optimizer`), or a number that may be the loss scale."""
-        if _dotted(node) is not None:
+        if mp.dotted(node) is not None:
             return Value("alias", by=self._key(node, env))
         if _mentions_scale([node]):
             return Value("scale")
@@ -615,7 +589,7 @@ class _Flow:
         if isinstance(node, ast.Attribute):
             self._eval(node.value, env)
             if isinstance(node.ctx, ast.Load):
-                return self._accumulators.get(_dotted(node) or "")
+                return self._accumulators.get(mp.dotted(node) or "")
             return None
         if isinstance(node, ast.Call):
             return self._call(node, env)
@@ -680,7 +654,7 @@ class _Flow:
         if element is not None and element.kind == "grad":
             # A test of each element (`x if x is not None else None`) is
             # not a path of the list.
-            targets = set(_names_stored(node.generators[0].target))
+            targets = set(mp.names_stored(node.generators[0].target))
             return dataclasses.replace(element, kind="grads", when=frozenset(
                 (condition, holds) for condition, holds in element.when
                 if not any(_reads(condition, t) for t in targets)))
@@ -892,7 +866,7 @@ class _Flow:
         while isinstance(base, (ast.Subscript, ast.Attribute)) and (
                 base is node.func or isinstance(base, ast.Subscript)):
             base = base.value
-        where = _dotted(base)
+        where = mp.dotted(base)
         if where is None or not where.startswith("self."):
             return
         argument = self._argument(node, 0, "value")
@@ -967,12 +941,12 @@ class _Flow:
     def _callee(self, func: ast.AST) -> tuple[_Function, bool] | None:
         """The function of this file a call calls, and whether it is bound
         (a method called on `self`)."""
-        if isinstance(func, ast.Attribute) and _dotted(func) == (
+        if isinstance(func, ast.Attribute) and mp.dotted(func) == (
                 f"self.{func.attr}"):
             method = self._defs.get(id(self._class()), {}).get(func.attr)
             if method is None:
                 return None
-            static = any(_dotted(d) == "staticmethod"
+            static = any(mp.dotted(d) == "staticmethod"
                          for d in method.decorator_list)
             return method, not static
         if isinstance(func, ast.Name):

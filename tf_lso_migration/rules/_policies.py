@@ -4,7 +4,8 @@ Not a rule (it registers none): what `bfloat16-loss-scale` and
 `float16-output` share. `policy_sets` finds the global policies a file
 sets; `runs_under` says whether a call runs under one (same file),
 skipping what an `if` keeps apart. Each is computed once per file and
-kept in `Context.notes`.
+kept in `Context.notes`. Also the readings of a tree that these rules and
+the gradient flow share (`dotted`, `names_stored`, `local_names`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,21 @@ from __future__ import annotations
 import ast
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 from tf_lso_migration import legacy_names
 from tf_lso_migration import rule
+
+
+def dotted(node: ast.AST) -> str | None:
+    """`self.opt.x` for a chain of attributes on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
 
 
 def names_stored(node: ast.AST) -> Iterator[str]:
@@ -23,6 +36,17 @@ def names_stored(node: ast.AST) -> Iterator[str]:
         if isinstance(child, ast.Name) and isinstance(child.ctx,
                                                       (ast.Store, ast.Del)):
             yield child.id
+
+
+def local_names(function: Any) -> set[str]:
+    """A function's parameters and the names it stores."""
+    arguments = function.args
+    names = {a.arg for a in [*arguments.posonlyargs, *arguments.args,
+                             *arguments.kwonlyargs, arguments.vararg,
+                             arguments.kwarg] if a is not None}
+    for statement in function.body:
+        names.update(names_stored(statement))
+    return names
 
 
 _SET_POLICY = frozenset({

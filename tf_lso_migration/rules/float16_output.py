@@ -340,7 +340,7 @@ class _Models:
         if model is not None and node.args.args:
             env[node.args.args[0].arg] = model  # `self`
         saved = self._owner, self._locals
-        self._owner, self._locals = owner, _local_names(node)
+        self._owner, self._locals = owner, mp.local_names(node)
         try:
             returns: list[_Value | None] = []
             if self._block(node.body, env, returns) is not None:
@@ -371,7 +371,7 @@ class _Models:
 
     def _self_layer(self, node: ast.Attribute) -> Layer | None:
         """The layer `self.x` is in a method of the class that builds it."""
-        if self._owner is None or _dotted(node) != f"self.{node.attr}":
+        if self._owner is None or mp.dotted(node) != f"self.{node.attr}":
             return None
         return self._layers(self._owner).get(node.attr)
 
@@ -385,7 +385,7 @@ class _Models:
             if not isinstance(child, ast.Assign):
                 continue
             for target in child.targets:
-                if isinstance(target, ast.Attribute) and _dotted(
+                if isinstance(target, ast.Attribute) and mp.dotted(
                         target) == f"self.{target.attr}":
                     value = child.value
                     layers[target.attr] = Layer(value) if (
@@ -548,7 +548,7 @@ class _Models:
                 env: _Env) -> None:
         """`model.add(layer)`, `pop()`, `compile(...)`, `fit(...)`."""
         if func.attr in ("add", "pop"):
-            name = _dotted(func.value)
+            name = mp.dotted(func.value)
             if name is not None:
                 env[name] = Model(
                     self._last(node.args[0], env)
@@ -588,17 +588,6 @@ class _Models:
         self.reads.append((model, reader.replace("{where}", where), fit))
 
 
-def _local_names(function: Any) -> set[str]:
-    """A function's parameters and the names it stores."""
-    arguments = function.args
-    names = {a.arg for a in [*arguments.posonlyargs, *arguments.args,
-                             *arguments.kwonlyargs, arguments.vararg,
-                             arguments.kwarg] if a is not None}
-    for statement in function.body:
-        names.update(mp.names_stored(statement))
-    return names
-
-
 def _layer(context, node, inline):
     """The alternative a layer's constructor call makes: float16 where it
     predicts and nothing in its call says a dtype (`dtype=`, `**kwargs`);
@@ -633,16 +622,6 @@ def _probabilities(context, node, kind):
     if name is None and activation is not None:
         name = (mp.behaviour(context, activation) or "").rpartition(".")[2]
     return name in _PROBABILITIES
-
-
-def _dotted(node):
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
 
 
 def _merge(first, second, test=None):
