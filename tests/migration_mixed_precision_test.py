@@ -323,6 +323,25 @@ PATH_CASES = [
      "    g = tape.gradient(loss, vs)\n"
      "    opt.apply_gradients(zip(g, vs))\n",
      [(5, "unscale-once")]),
+    # A constant test is no path: `if False:` never runs (dead code), `if
+    # True:` always does (review D2).
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    if False:  # loss scaling disabled for now\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    g, _ = tf.clip_by_global_norm(g, 1.0)\n"
+     "    h = tape.gradient(opt.get_scaled_loss(loss) if 0 else loss, vs)\n"
+     "    opt.apply_gradients(zip(g + h, vs))\n",
+     []),
+    ("def step(opt, tape, loss, vs):\n"
+     "    if not 0:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    else:\n"
+     "        loss = opt.get_unscaled_gradients(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     [(7, "unscale-once")]),
     # A test that is not a plain value (a call with a lambda) is no path.
     ("def step(opt, tape, loss, vs):\n"
      "    if pick(lambda: 1):\n"
@@ -434,6 +453,17 @@ def test_a_test_of_each_element_is_not_named():
     assert [f.message[:26] for f in found] == ["`tf.clip_by_global_norm` c"]
 
 
+def test_a_constant_test_is_not_named():
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "def step(opt, tape, loss, vs):\n"
+        "    if True:\n"
+        "        loss = opt.get_scaled_loss(loss)\n"
+        "    tf.clip_by_global_norm(tape.gradient(loss, vs), 1.0)\n",
+        options=ONLY_NEW)
+    assert clip.message.startswith("`tf.clip_by_global_norm` clips")
+
+
 def test_a_finding_on_a_path_names_its_condition():
     [never] = check.check_source(
         "class M:\n"
@@ -515,6 +545,14 @@ OUTPUT_CASES = [
      "        y_pred = self(x, training=True)\n"
      "        return self.compiled_loss(y, y_pred)\n",
      [(6, "float16-output")]),
+    # What `if False:` does never runs (review D2).
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "x = keras.layers.Dense(4)(inputs)\n"
+     "if False:\n"
+     "    x = keras.layers.Dense(1, activation='sigmoid')(x)\n"
+     "keras.Model(inputs, x).fit(a, b)\n",
+     []),
     # A local name that shadows a module-level model is not that model.
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('mixed_float16')\n"

@@ -21,7 +21,8 @@ loss = opt.get_scaled_loss(loss)` the loss is scaled *when
 same function, or on `self` in any method of the class) takes the same
 path, and a finding on it names the condition. Where both branches make a
 value and the two differ, it is followed no further; a store to a name
-the test reads ends the path.
+the test reads ends the path. A constant test is no path: `if False:`
+never runs, `if True:` always does.
 
 Calls. A call of a function or method defined in the same file
 (`helper(g)`, `self.helper(g)`) is followed one level down with the
@@ -412,6 +413,9 @@ class _Flow:
             return None
         if isinstance(node, ast.If):
             self._eval(node.test, env)
+            known = mp.truth(node.test)
+            if known is not None:  # `if False:` never runs; `if True:` does.
+                return self._block(node.body if known else node.orelse, env)
             test = self._condition(node.test)
             return _merge(self._branch(node.body, env, test),
                           self._branch(node.orelse, env, test and (
@@ -620,6 +624,9 @@ class _Flow:
             return None
         if isinstance(node, ast.IfExp):
             self._eval(node.test, env)
+            known = mp.truth(node.test)
+            if known is not None:
+                return self._eval(node.body if known else node.orelse, env)
             test = self._condition(node.test)
             first = self._eval(node.body, _assume(env, test))
             second = self._eval(node.orelse, _assume(env, test and (

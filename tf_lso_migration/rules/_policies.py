@@ -5,7 +5,8 @@ Not a rule (it registers none): what `bfloat16-loss-scale` and
 sets; `runs_under` says whether a call runs under one (same file),
 skipping what an `if` keeps apart. Each is computed once per file and
 kept in `Context.notes`. Also the readings of a tree that these rules and
-the gradient flow share (`dotted`, `names_stored`, `local_names`).
+the gradient flow share (`dotted`, `names_stored`, `truth`,
+`local_names`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ def names_stored(node: ast.AST) -> Iterator[str]:
         if isinstance(child, ast.Name) and isinstance(child.ctx,
                                                       (ast.Store, ast.Del)):
             yield child.id
+
+
+def truth(test: ast.expr) -> bool | None:
+    """Whether a constant test holds (`if False:`, `if not 0:`); None for
+    another test: a path follows it."""
+    holds = True
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, holds = test.operand, not holds
+    if isinstance(test, ast.Constant):
+        return bool(test.value) == holds
+    return None
 
 
 def local_names(function: Any) -> set[str]:

@@ -425,6 +425,10 @@ class _Models:
             return None
         if isinstance(node, ast.If):
             self._eval(node.test, env)
+            known = mp.truth(node.test)
+            if known is not None:  # `if False:` never runs; `if True:` does.
+                return self._block(node.body if known else node.orelse, env,
+                                   returns)
             test, holds = node.test, True
             while isinstance(test, ast.UnaryOp) and isinstance(test.op,
                                                               ast.Not):
