@@ -453,6 +453,32 @@ def test_a_test_of_each_element_is_not_named():
     assert [f.message[:26] for f in found] == ["`tf.clip_by_global_norm` c"]
 
 
+def test_conditions_are_named_outermost_first():
+    # Review W2: in the order the `if`s nest, not sorted.
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "class T:\n"
+        "    def step(self, tape, loss, vs):\n"
+        "        if self.cfg.precision == 'float16':\n"
+        "            if self.cfg.loss_scaling:\n"
+        "                loss = self.opt.get_scaled_loss(loss)\n"
+        "        g = tape.gradient(loss, vs)\n"
+        "        g = [tf.clip_by_value(x, -1.0, 1.0) for x in g]\n",
+        options=ONLY_NEW)
+    assert clip.message.startswith(
+        "When `self.cfg.precision == 'float16'` is true and "
+        "`self.cfg.loss_scaling` is true, `tf.clip_by_value` clips")
+    [output] = check.check_source(
+        "import keras\n"
+        "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "if top:\n"
+        "    if multiclass:\n"
+        "        x = keras.layers.Dense(9, activation='softmax')(x)\n"
+        "keras.Model(i, x).fit(a, b)\n", options=ONLY_NEW)
+    assert output.message.startswith(
+        "When `top` is true and `multiclass` is true, this model's")
+
+
 def test_a_constant_test_is_not_named():
     [clip] = check.check_source(
         "import tensorflow as tf\n"

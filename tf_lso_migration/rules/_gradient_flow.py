@@ -92,11 +92,13 @@ class Condition:
             it reads only globals).
         text: The test as written, without its `not`.
         reads: The names and dotted names it reads.
+        at: Where it is (line, column): an outer `if`'s comes first.
     """
 
     key: str
     text: str = dataclasses.field(compare=False)
     reads: frozenset[str] = dataclasses.field(compare=False)
+    at: tuple[int, int] = dataclasses.field(compare=False)
 
 
 #: A path's conditions: (condition, whether it holds) pairs, all true.
@@ -250,9 +252,10 @@ def _forget(env: _Env, stored: str) -> None:
 
 
 def _phrase(when: When) -> str:
-    return " and ".join(sorted(
+    """The conditions of a path in words, outermost first."""
+    return " and ".join(
         f"`{condition.text}` is {'true' if holds else 'false'}"
-        for condition, holds in when))
+        for condition, holds in sorted(when, key=lambda c: c[0].at))
 
 
 def _mentions_scale(nodes: Sequence[ast.AST]) -> bool:
@@ -276,8 +279,9 @@ def _is_zero(node: ast.AST | None) -> bool:
     """`0`, `tf.zeros_like(v)`, `tf.zeros(...)`: a reset."""
     if isinstance(node, ast.Constant):
         return node.value == 0
-    return isinstance(node, ast.Call) and (mp.dotted(node.func) or "").rpartition(
-        ".")[2] in ("zeros_like", "zeros")
+    return isinstance(node, ast.Call) and (
+        mp.dotted(node.func) or "").rpartition(".")[2] in ("zeros_like",
+                                                          "zeros")
 
 
 def _written(node: ast.AST) -> str:
@@ -502,8 +506,9 @@ class _Flow:
         where = ("" if not own else f"class {id(self._class())}"
                  if own == {"self"} and self._class() is not None
                  else f"function {id(self._function)}")
+        at = (test.lineno, test.col_offset)
         return Condition(f"{ast.dump(test)} in {where}", _written(test),
-                         frozenset(reads)), holds
+                         frozenset(reads), at), holds
 
     def _local_names(self, function: ast.AST) -> set[str]:
         """The parameters and names a function stores (the module's: none

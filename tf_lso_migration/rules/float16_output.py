@@ -652,8 +652,8 @@ def _either(one, other, test):
     kinds = {type(v) for v in (one, other) if v is not None}
     if len(kinds) != 1 or Layer in kinds:
         return None
-    alternatives = tuple(
-        dataclasses.replace(a, when=(*a.when, (test, holds)))
+    alternatives = tuple(  # The outer `if`'s test first.
+        dataclasses.replace(a, when=((test, holds), *a.when))
         for value, holds in ((one, True), (other, False)) if value is not None
         for a in value.alternatives)
     if kinds == {Model}:
