@@ -383,6 +383,50 @@ PATH_CASES = [
      "    g = outer(tape, opt.get_scaled_loss(loss), vs)\n"
      "    opt.apply_gradients(zip(g, vs))\n",
      []),
+    # A same-file function two calls down is not followed, whatever its
+    # name says (review D3: `clip_gradients_safely` unscales first).
+    ("import tensorflow as tf\n"
+     "def clip_gradients_safely(opt, grads):\n"
+     "    grads = opt.get_unscaled_gradients(grads)\n"
+     "    return tf.clip_by_global_norm(grads, 1.0)[0]\n"
+     "def apply_grads(opt, grads, vs):\n"
+     "    grads = clip_gradients_safely(opt, grads)\n"
+     "    opt.apply_gradients(zip(grads, vs))\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    apply_grads(opt, tape.gradient(opt.get_scaled_loss(loss), vs), vs)\n",
+     []),
+    # A call whose name says it clips is reported, and what it returns is
+    # not followed (review D3); given the optimizer that scaled the loss, it
+    # may unscale first: not sure.
+    ("from grad_tools import clip_gradients\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    g = clip_gradients(g, max_norm=5.0)\n"
+     "    opt.apply_gradients(zip(g, vs))\n"
+     "    h = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    h = clip_gradients(h, opt)\n"
+     "    opt.apply_gradients(zip(h, vs))\n",
+     [(4, "clip-before-unscale")]),
+    # A method of the file is that method, not the protocol's (review D7:
+    # a `scale_loss` that averages over replicas).
+    ("import tensorflow as tf\n"
+     "class DistTrainer:\n"
+     "    def scale_loss(self, loss):\n"
+     "        return loss / self.strategy.num_replicas_in_sync\n"
+     "    def step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.scale_loss(loss), vs)\n"
+     "        g, _ = tf.clip_by_global_norm(g, 1.0)\n"
+     "        self.optimizer.apply_gradients(zip(g, vs))\n",
+     []),
+    # A parameter named as a function of the file is not that function
+    # (review D8).
+    ("import tensorflow as tf\n"
+     "def transform(grads):\n"
+     "    return [tf.clip_by_norm(g, 1.0) for g in grads]\n"
+     "def step(opt, tape, loss, vs, transform):\n"
+     "    g = transform(tape.gradient(opt.get_scaled_loss(loss), vs))\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n",
+     []),
     # A helper's own finding is reported once, where it is.
     ("import tensorflow as tf\n"
      "def clip(opt, tape, loss, vs):\n"

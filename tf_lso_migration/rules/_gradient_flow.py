@@ -25,9 +25,10 @@ the test reads ends the path. A constant test is no path: `if False:`
 never runs, `if True:` always does.
 
 Calls. A call of a function or method defined in the same file
-(`helper(g)`, `self.helper(g)`) is followed one level down with the
-caller's values: what it returns, and what it does to them (reported at
-the call). An optimizer named by a plain alias (`opt = self.optimizer`)
+(`helper(g)`, `self.helper(g)`) is that function, whatever its name, and
+is followed one level down with the caller's values: what it returns,
+and what it does to them (reported at the call); two levels down, what
+it returns is not known. An optimizer named by a plain alias (`opt = self.optimizer`)
 is the optimizer it names. Gradients accumulated with `assign_add` into
 `tf.Variable`s held on `self` are followed into the method that applies
 them.
@@ -741,12 +742,12 @@ class _Flow:
             node.args[0], ast.Starred)
         if name in _GRADIENTS:
             method = "gradient"  # tf.gradients(ys, xs)
+        followed = self._follow(node, values, env)  # The file's own first.
+        if followed is not None:
+            return followed[0]
         if method in _PROTOCOL and (
                 simple or method not in ("get_scaled_loss", "scale_loss")):
             return self._protocol(node, method, values, env)
-        followed = self._follow(node, values, env)
-        if followed is not None:
-            return followed[0]
         return self._library(node, name, values, env)
 
     def _value_of(self, node: ast.Call, values: dict[int, Value | None],
@@ -772,7 +773,7 @@ class _Flow:
             target = (self._value_of(node, values, 0, "target")
                       or self._value_of(node, values, 0, "ys"))
             if target is not None and target.kind == "loss":
-                return dataclasses.replace(target, kind="grads", by="")
+                return target.becomes("grads")
             return None
         if method == "get_unscaled_gradients":
             grads = self._value_of(node, values, 0, "grads")
@@ -840,7 +841,7 @@ class _Flow:
         called = (method or (func.id if isinstance(func, ast.Name)
                              else "")).lower()
         if "clip" in called and "scale" not in called:
-            return self._named_clip(node, values)
+            return self._named_clip(node, values, env)
         if isinstance(func, ast.Name) and func.id not in self._context.names:
             if func.id in ("list", "tuple") and len(node.args) == 1:
                 return values.get(id(node.args[0]))
@@ -916,18 +917,20 @@ class _Flow:
         return grads.becomes("clip" if last == "clip_by_global_norm"
                              else grads.kind)
 
-    def _named_clip(self, node: ast.Call,
-                    values: dict[int, Value | None]) -> Value | None:
-        """A call whose name says it clips, given scaled gradients."""
+    def _named_clip(self, node: ast.Call, values: dict[int, Value | None],
+                    env: _Env) -> None:
+        """A call whose name says it clips, given scaled gradients: a clip,
+        unless it is also given the scale or the optimizer that scaled the
+        loss (then it may unscale first). What it returns is not known."""
         arguments = [*node.args, *(k.value for k in node.keywords)]
         for argument in arguments:
             grads = values.get(id(argument))
             if grads is not None and grads.scaled and grads.gradients:
-                if _mentions_scale([a for a in arguments
-                                    if a is not argument]):
-                    return None
-                self._event(node, "clip", grads)
-                return grads
+                others = [a for a in arguments if a is not argument]
+                if not _mentions_scale(others) and all(
+                        self._key(a, env) != grads.by for a in others):
+                    self._event(node, "clip", grads)
+                return None
         return None
 
     def _text(self, *nodes: ast.AST) -> str:
@@ -968,20 +971,25 @@ class _Flow:
                     found = self._defs.get(id(scope), {}).get(func.id)
                     if found is not None:
                         return found, False
+                    if func.id in self._local_names(scope):
+                        return None  # A parameter or a local, not a def.
                 scope = self._parent.get(id(scope))
         return None
 
     def _follow(self, node: ast.Call, values: dict[int, Value | None],
                 env: _Env) -> tuple[Value | None] | None:
         """A call of a function of this file, followed one level down with
-        the caller's values: (what it returns,), or None if not followed.
+        the caller's values: (what it returns,), or None for a call of
+        another function. Two levels down, what it returns is not known.
 
         What it does to those values is reported at the call; what it does
         on its own is reported where it does it.
         """
         found = self._callee(node.func)
-        if found is None or self._depth:
+        if found is None:
             return None
+        if self._depth:
+            return (None,)
         function, bound = found
         arguments = self._parameters(function, bound, node)
         if arguments is None:

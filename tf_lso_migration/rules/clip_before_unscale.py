@@ -26,8 +26,10 @@ class ClipBeforeUnscale(rule.Rule):
     loss scale, and a log call whose text says it logs a scaled value.
 
     A clip is `tf.clip_by_global_norm`, `clip_by_norm`, `clip_by_value`,
-    any call whose name says it clips (`agc.adaptive_clip_grad(vars,
-    grads)`), or a function of the same file that calls one. A loss scaled
+    a call of another module whose name says it clips
+    (`agc.adaptive_clip_grad(vars, grads)`; not where it is also given the
+    optimizer, with which it may unscale first), or a function of the same
+    file that calls one (followed one call down). A loss scaled
     under a condition (`if self.mixed_precision:`, `... if amp else loss`)
     is followed on that condition's path, and the finding names it ("When
     `self.mixed_precision` is true, ..."); where the unscale is under
