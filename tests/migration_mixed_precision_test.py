@@ -464,6 +464,23 @@ PATH_CASES = [
      "            self.acc[i].assign(self.acc[i] / self.optimizer.loss_scale)\n"
      "        self.optimizer.apply_gradients(zip(self.acc, vs))\n",
      []),
+    # What one class accumulates is not another's (review D4): B never
+    # scales.
+    ("class A:\n"
+     "    def train_step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.optimizer.get_scaled_loss(loss), vs)\n"
+     "        for i in range(len(g)):\n"
+     "            self.acc[i].assign_add(g[i])\n"
+     "    def flush(self, vs):\n"
+     "        self.optimizer.apply_gradients(zip(self.acc, vs))\n"
+     "class B:\n"
+     "    def train_step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(loss, vs)\n"
+     "        for i in range(len(g)):\n"
+     "            self.acc[i].assign_add(g[i])\n"
+     "    def flush(self, vs):\n"
+     "        self.optimizer.apply_gradients(zip(self.acc, vs))\n",
+     [(7, "unscale-once")]),
     # `minimize` of a function of this file that scales the loss.
     ("def step(opt, model, x, y):\n"
      "    def loss_fn():\n"

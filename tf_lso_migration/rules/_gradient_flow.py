@@ -187,6 +187,7 @@ class Event:
 
 
 _Env = dict[str, Value]
+_Held = tuple[int, str]  # An attribute of a class: (id of the class, `self.x`)
 _Function = Any  # ast.FunctionDef or ast.AsyncFunctionDef
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -297,17 +298,17 @@ class _Flow:
 
     Args:
         context: The file.
-        accumulators: What pass one found accumulated on `self` (dotted
-            attribute -> the gradients), read as such in pass two.
+        accumulators: What pass one found accumulated on `self` (`_held`
+            -> the gradients), read as such in pass two.
     """
 
     def __init__(self, context: rule.Context,
-                 accumulators: dict[str, Value] | None = None) -> None:
+                 accumulators: dict[_Held, Value] | None = None) -> None:
         self._context = context
         self.events: list[Event] = []  # The current analysis's.
         self._events: dict[int, list[Event]] = {}  # scope -> its events
-        #: Dotted attribute -> what `assign_add` put in it (None: unsure).
-        self.accumulated: dict[str, Value | None] = {}
+        #: `_held` -> what `assign_add` put in it (None: unsure).
+        self.accumulated: dict[_Held, Value | None] = {}
         self._accumulators = accumulators or {}
         # Where the analysis is: its function, whether it follows a call
         # (then the returns it collects, and the caller's arguments by
@@ -520,6 +521,10 @@ class _Flow:
             self._locals[id(function)] = mp.local_names(function)
         return self._locals[id(function)]
 
+    def _held(self, node: ast.AST) -> _Held:
+        """Where an attribute is held: its class's id, and `self.acc`."""
+        return id(self._class()), mp.dotted(node) or ""
+
     def _class(self) -> ast.ClassDef | None:
         """The class whose method the analyzed function is, if any."""
         parent = self._parent.get(id(self._function))
@@ -599,7 +604,7 @@ class _Flow:
         if isinstance(node, ast.Attribute):
             self._eval(node.value, env)
             if isinstance(node.ctx, ast.Load):
-                return self._accumulators.get(mp.dotted(node) or "")
+                return self._accumulators.get(self._held(node))
             return None
         if isinstance(node, ast.Call):
             return self._call(node, env)
@@ -841,7 +846,8 @@ class _Flow:
         called = (method or (func.id if isinstance(func, ast.Name)
                              else "")).lower()
         if "clip" in called and "scale" not in called:
-            return self._named_clip(node, values, env)
+            self._named_clip(node, values, env)
+            return None
         if isinstance(func, ast.Name) and func.id not in self._context.names:
             if func.id in ("list", "tuple") and len(node.args) == 1:
                 return values.get(id(node.args[0]))
@@ -879,8 +885,8 @@ class _Flow:
         while isinstance(base, (ast.Subscript, ast.Attribute)) and (
                 base is node.func or isinstance(base, ast.Subscript)):
             base = base.value
-        where = mp.dotted(base)
-        if where is None or not where.startswith("self."):
+        where = self._held(base)
+        if not where[1].startswith("self."):
             return
         argument = self._argument(node, 0, "value")
         if method == "assign" and _is_zero(argument):
@@ -930,8 +936,7 @@ class _Flow:
                 if not _mentions_scale(others) and all(
                         self._key(a, env) != grads.by for a in others):
                     self._event(node, "clip", grads)
-                return None
-        return None
+                return
 
     def _text(self, *nodes: ast.AST) -> str:
         """How a message shows arguments (a parameter of a followed call as
@@ -1122,7 +1127,7 @@ def gradient_events(context: rule.Context) -> list[Event]:
     if "events" not in notes:
         flow = _Flow(context)
         flow.analyze(context.tree)
-        accumulated = {where: dataclasses.replace(value, via=where)
+        accumulated = {where: dataclasses.replace(value, via=where[1])
                        for where, value in flow.accumulated.items() if value}
         if accumulated:  # Again, reading what was accumulated.
             flow = _Flow(context, accumulated)
