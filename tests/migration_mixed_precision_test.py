@@ -453,6 +453,22 @@ PATH_CASES = [
      "    g = [x / other.loss_scale for x in g]\n"
      "    opt.apply(g, vs)\n",
      []),
+    # Element-wise ops with their keywords (review M1).
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = opt.get_unscaled_gradients(\n"
+     "        tape.gradient(opt.get_scaled_loss(loss), vs))\n"
+     "    g = [tf.where(condition=tf.math.is_finite(x), x=x,\n"
+     "                  y=tf.zeros_like(x)) for x in g]\n"
+     "    g = [tf.cast(x=x, dtype=tf.float32) for x in g]\n"
+     "    g = opt.get_unscaled_gradients(g)\n",
+     [(8, "unscale-once")]),
+    # After `scale_loss`, `apply_gradients` unscales too (review M2).
+    ("def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.scale_loss(loss), vs)\n"
+     "    g = [x / opt.dynamic_scale for x in g]\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     [(4, "unscale-once")]),
     # Accumulated, then changed in place otherwise: not sure.
     ("class M:\n"
      "    def train_step(self, tape, loss, vs):\n"
@@ -538,6 +554,19 @@ def test_conditions_are_named_outermost_first():
         "keras.Model(i, x).fit(a, b)\n", options=ONLY_NEW)
     assert output.message.startswith(
         "When `top` is true and `multiclass` is true, this model's")
+
+
+def test_apply_gradients_after_scale_loss_unscales_again():
+    [twice] = check.check_source(
+        "def step(opt, tape, loss, vs):\n"
+        "    g = tape.gradient(opt.scale_loss(loss), vs)\n"
+        "    g = [x / opt.loss_scale for x in g]\n"
+        "    opt.apply_gradients(zip(g, vs))\n", options=ONLY_NEW)
+    assert twice.message.startswith(
+        "These gradients were unscaled already; `opt.apply_gradients` "
+        "unscales them again (after `scale_loss` it takes the gradients of "
+        "the scaled loss as they are): each step is the loss scale times "
+        "too small.")
 
 
 def test_a_constant_test_is_not_named():

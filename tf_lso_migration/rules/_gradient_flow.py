@@ -68,6 +68,7 @@ _ELEMENTWISE = frozenset({
     "tf.debugging.check_numerics", "tf.stop_gradient", "tf.keras.ops.where",
     "tf.keras.ops.cast", "tf.keras.ops.convert_to_tensor",
 })
+_TENSOR_KEYWORDS = frozenset({"x", "input", "value", "tensor"})
 _OPERATORS: dict[str, ast.operator] = {
     **dict.fromkeys(("tf.math.divide", "tf.divide", "tf.math.truediv",
                      "tf.truediv", "tf.keras.ops.divide"), ast.Div()),
@@ -791,9 +792,13 @@ class _Flow:
                                        by=receiver)
         if method == "apply_gradients":
             pairs = self._value_of(node, values, 0, "grads_and_vars")
-            if (pairs is not None and pairs.kind == "pairs"
-                    and pairs.protocol == TF2 and pairs.scaled):
+            if pairs is None or pairs.kind != "pairs":
+                return None
+            if pairs.protocol == TF2 and pairs.scaled:
                 self._event(node, "never", pairs)
+            elif (pairs.protocol == KERAS3 and pairs.unscaled
+                  and pairs.by == receiver):  # It unscales after scale_loss.
+                self._event(node, "twice", pairs)
         elif method == "apply":
             grads = self._value_of(node, values, 0, "grads")
             if (grads is not None and grads.kind == "grads" and grads.unscaled
@@ -860,7 +865,12 @@ class _Flow:
     def _elementwise(self, node: ast.Call, name: str,
                      values: dict[int, Value | None]) -> Value | None:
         """`tf.where(c, g, 0)`, `tf.cast(g, ...)`: what the tensor was."""
-        tensors = node.args[1:3] if name.endswith(".where") else node.args[:1]
+        if name.endswith(".where"):  # Any argument but the condition.
+            tensors = [*node.args[1:], *(k.value for k in node.keywords
+                                         if k.arg != "condition")]
+        else:  # The first: `tf.cast(x=g, ...)`, `tf.identity(input=g)`.
+            tensors = [*node.args[:1], *(k.value for k in node.keywords if
+                                         k.arg in _TENSOR_KEYWORDS)]
         found = {values.get(id(a)) for a in tensors} - {None}
         return found.pop() if len(found) == 1 else None
 

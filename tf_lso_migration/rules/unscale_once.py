@@ -25,7 +25,8 @@ class UnscaleOnce(rule.Rule):
         opt.apply(tape.gradient(opt.scale_loss(loss), vars))  # Keras 3
 
     After `scale_loss` (Keras 3's protocol) `apply_gradients` and `apply`
-    unscale what they are given, and are not reported.
+    unscale what they are given: reported only where the gradients were
+    unscaled already (`g / opt.dynamic_scale`).
 
     An unscale is `get_unscaled_gradients`, a division by the optimizer's
     `loss_scale` (`[g / opt.loss_scale for g in grads]`), or a function of
@@ -64,14 +65,24 @@ def _never(event):
 
 
 def _twice(event):
-    again = ("unscales them again (it takes the gradients of the scaled loss "
-             "as they are)" if event.call.endswith(".apply")
-             else "divides them by the loss scale a second time")
+    if event.call.endswith(".apply"):
+        again = ("unscales them again (it takes the gradients of the scaled "
+                 "loss as they are)")
+    elif event.call.endswith(".apply_gradients"):
+        again = ("unscales them again (after `scale_loss` it takes the "
+                 "gradients of the scaled loss as they are)")
+    else:
+        again = "divides them by the loss scale a second time"
+    if event.protocol == flow.KERAS3:
+        once = ("give `apply` or `apply_gradients` the gradients of the "
+                "scaled loss as they are.")
+    else:
+        once = ("`opt.apply(grads)` with the gradients of the scaled loss, "
+                "or `opt.apply_gradients(zip(opt.get_unscaled_gradients("
+                "grads), vars))`.")
     return (f"These gradients were unscaled already; `{event.call}`"
             f"{flow.inside(event)} {again}: each step is the loss scale "
-            "times too small. Unscale once: `opt.apply(grads)` with the "
-            "gradients of the scaled loss, or `opt.apply_gradients(zip("
-            "opt.get_unscaled_gradients(grads), vars))`.")
+            f"times too small. Unscale once: {once}")
 
 
 def _scaled_twice(event):
