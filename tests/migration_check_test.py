@@ -817,14 +817,36 @@ LOSS_SCALE_OPTIMIZER_CASES = [
      "opt = keras.mixed_precision.LossScaleOptimizer(\n"
      "    keras.optimizers.Adam(), dynamic=False, initial_scale=1024)\n",
      [(2, 7, "legacy-name")]),
+    # A second positional argument: a bool or a string is TF 2.4's
+    # `dynamic` (or TF 2.3's loss scale); a number is Keras 3's
+    # `initial_scale`, and a name may be either (review D5).
     ("import tensorflow as tf\n"
-     "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner, 128)\n",
-     [(2, 7, "legacy-name")]),
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner, False)\n"
+     "opt2 = tf.keras.mixed_precision.LossScaleOptimizer(inner, 'dynamic')\n",
+     [(2, 7, "legacy-name"), (3, 8, "legacy-name")]),
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam(), 2 ** 12)\n"
+     "opt2 = keras.mixed_precision.LossScaleOptimizer(inner, 128, 2000)\n"
+     "opt3 = keras.mixed_precision.LossScaleOptimizer(inner, scale)\n",
+     []),
     ("from tensorflow.keras.mixed_precision import LossScaleOptimizer\n"
      "opt = LossScaleOptimizer(inner)\n"
      "def step(loss):\n"
      "    return opt.get_scaled_loss(loss)\n",
      [(1, 1, "legacy-name")]),
+    # Code written for both classes asks which it has (review D6).
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def step(tape, loss, vs):\n"
+     "    if hasattr(opt, 'get_scaled_loss'):\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    else:\n"
+     "        loss = opt.scale_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    g = opt.get_unscaled_gradients(g) if hasattr(\n"
+     "        opt, 'get_unscaled_gradients') else g\n",
+     []),
 ]
 
 
@@ -844,6 +866,21 @@ def test_the_loss_scale_optimizer_finding_names_the_spelling_and_evidence():
         "On TensorFlow 2.16+ `keras.mixed_precision.LossScaleOptimizer` is "
         "Keras 3's class, which has no `get_unscaled_gradients` (line 3): "
         "TF 2.4's class is `tf_lso.LossScaleOptimizer`.")
+
+
+def test_a_call_in_keras3s_signature_is_not_rewritten():
+    # Review D5: `--fix` would make `2 ** 12` TF 2.4's `dynamic`.
+    source = ("import keras\n"
+              "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+              "    keras.optimizers.Adam(), 2 ** 12)\n"
+              "grads = opt.get_unscaled_gradients(grads)\n")
+    [finding] = migration_check.check_source(source)
+    assert (finding.line, finding.severity, finding.fixable) == (
+        2, "error", False)
+    assert finding.message.endswith(
+        " `--fix` leaves it: the call at line 2 passes Keras 3's "
+        "`initial_scale` as its second positional argument, which would be "
+        "TF 2.4's `dynamic`.")
 
 
 def test_under_install_legacy_names_are_notes_on_what_install_does():

@@ -112,10 +112,16 @@ REWRITES = [
      "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
      "from tensorflow.keras.mixed_precision import Policy\n"
      "tf.data.experimental.AUTOTUNE\n", None),
-    # Keras 3's LossScaleOptimizer as Keras 3 code writes it (issue 60).
+    # Keras 3's LossScaleOptimizer as Keras 3 code writes it (issue 60),
+    # also where the file uses TF 2.4's methods: TF 2.4's class would take
+    # `2 ** 12` as `dynamic` (review D5).
     ("import keras\n"
      "opt = keras.mixed_precision.LossScaleOptimizer(\n"
      "    keras.optimizers.Adam(), initial_scale=1024)\n", None),
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam(), 2 ** 12)\n"
+     "grads = opt.get_unscaled_gradients(grads)\n", None),
     # float16-output (issue 60): the last layer of a model a loss reads
     # gets `dtype="float32"`, as the line or lines were written.
     ("""\

@@ -47,10 +47,13 @@ class LegacyName(rule.Rule):
     spelled `keras.mixed_precision.LossScaleOptimizer`) is Keras 3's class
     on TensorFlow 2.16+, and `LossScaleOptimizer(opt, initial_scale=1024)`
     is valid Keras 3 code: it is reported only where the file uses what
-    Keras 3's class lacks (`dynamic=`, `loss_scale=`, a positional second
-    argument, `get_scaled_loss`, `get_unscaled_gradients`,
-    `dynamic_counter`), and on the tf_keras route never (there it is
-    tf_keras's own, TF 2.4's class).
+    Keras 3's class lacks (`dynamic=`, `loss_scale=`, a bool or a string as
+    its second positional argument, `get_scaled_loss`,
+    `get_unscaled_gradients`, `dynamic_counter`; not inside an `if
+    hasattr(opt, 'get_scaled_loss'):`, code written for both classes), and
+    on the tf_keras route never (there it is tf_keras's own, TF 2.4's
+    class). A number there is Keras 3's `initial_scale`: not reported, and
+    where the file is reported otherwise, `--fix` leaves the name.
 
     In a file that calls `tf_lso.install()`, the names it provides work as
     written after that call: each is a note (`info`) that says what it
@@ -101,6 +104,13 @@ class LegacyName(rule.Rule):
         """Reports the legacy name `name` (spelled `written`) at `node`, as
         the file uses it; True if it did."""
         evidence = _tf24_evidence(context) if name == KERAS3_LSO else None
+        keras3_call = evidence and context.notes["legacy-name"]["keras3_call"]
+        if keras3_call:
+            fixable = False
+            note += (" `--fix` leaves it: the call at "
+                     f"{context.line(keras3_call[0].lineno)} passes Keras 3's "
+                     "`initial_scale` as its second positional argument, "
+                     "which would be TF 2.4's `dynamic`.")
         install = _install(context)
         installed = install is not None and legacy_names.installed(name)
         after = installed and _runs_after(install, node, context)
@@ -113,10 +123,11 @@ class LegacyName(rule.Rule):
                                fixable=False, severity="info")
             else:
                 rewrite = ("`--fix` writes that name, so that the file runs"
-                           if context.fixes else "Written so, the file runs")
+                           if context.fixes and fixable
+                           else "Written so, the file runs")
                 context.report(node, self.id, (
                     f"`{name}` runs as `{new}` under `tf_lso.install()` "
-                    f"({line}). {rewrite} without `install()` too."),
+                    f"({line}). {rewrite} without `install()` too.{note}"),
                     fixable=fixable, severity="info")
             return True
         message = _message(name, new, context.route)
@@ -180,12 +191,18 @@ class LegacyName(rule.Rule):
 def _tf24_evidence(context):
     """Where the file uses what Keras 3's LossScaleOptimizer lacks and TF
     2.4's has, as the end of a sentence about Keras 3's class ("has no
-    `get_scaled_loss` (line 30)"), or None; found once per file."""
+    `get_scaled_loss` (line 30)"), or None; found once per file.
+
+    Not evidence: what an `if` that asks `hasattr(opt, "get_scaled_loss")`
+    holds (code written for both classes), and a second positional
+    argument other than a bool or a string (Keras 3's `initial_scale`, or
+    not sure). `notes["keras3_call"]`: the first call that passes one.
+    """
     notes = context.notes["legacy-name"]
     if "evidence" in notes:
         return notes["evidence"]
-    found = []
-    for node in ast.walk(context.tree):
+    found, keras3 = [], []
+    for node in _unguarded(context.tree):
         if isinstance(node, ast.Attribute) and isinstance(
                 node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES:
             found.append((node, f"has no `{node.attr}`"))
@@ -194,15 +211,42 @@ def _tf24_evidence(context):
             for keyword in node.keywords:
                 if keyword.arg in _TF24_KEYWORDS:
                     found.append((node, f"takes no `{keyword.arg}=`"))
-            if len(node.args) > 1:
+            if len(node.args) < 2:
+                continue
+            if isinstance(node.args[1], ast.Constant) and isinstance(
+                    node.args[1].value, (bool, str)):
                 found.append((node, "takes `initial_scale` as its second "
                                     "positional argument, not TF 2.4's "
                                     "`dynamic`"))
-    first = min(found, key=lambda f: (f[0].lineno, f[0].col_offset),
-                default=None)
+            else:
+                keras3.append(node)
+    first = _first(found)
     notes["evidence"] = None if first is None else (
         f"{first[1]} ({context.line(first[0].lineno)})")
+    notes["keras3_call"] = _first((node, "") for node in keras3)
     return notes["evidence"]
+
+
+def _first(found):
+    return min(found, key=lambda f: (f[0].lineno, f[0].col_offset),
+               default=None)
+
+
+def _unguarded(tree):
+    """The nodes of `tree`, less what an `if` that asks `hasattr(x,
+    "<a TF 2.4 method>")` holds (and the test)."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.If, ast.IfExp)) and any(
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "hasattr" and len(call.args) == 2
+                and isinstance(call.args[1], ast.Constant)
+                and call.args[1].value in _TF24_ATTRIBUTES
+                for call in ast.walk(node.test)):
+            continue
+        yield node
+        pending.extend(ast.iter_child_nodes(node))
 
 
 def _install(context):
