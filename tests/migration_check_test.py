@@ -868,6 +868,21 @@ def test_the_loss_scale_optimizer_finding_names_the_spelling_and_evidence():
         "TF 2.4's class is `tf_lso.LossScaleOptimizer`.")
 
 
+def test_install_in_a_function_covers_that_function_after_it():
+    # Review Q3: `install()` in one function says nothing of another.
+    findings = migration_check.check_source(
+        "import tensorflow as tf\n"
+        "def build():\n"
+        "    return tf.train.experimental.DynamicLossScale()\n"
+        "def main():\n"
+        "    import tf_lso\n"
+        "    tf_lso.install()\n"
+        "    return tf.train.experimental.FixedLossScale(8)\n",
+        collapse=False)
+    assert [(f.line, f.severity) for f in findings] == [
+        (3, "error"), (7, "info")]
+
+
 def test_a_call_in_keras3s_signature_is_not_rewritten():
     # Review D5: `--fix` would make `2 ** 12` TF 2.4's `dynamic`.
     source = ("import keras\n"

@@ -56,9 +56,11 @@ class LegacyName(rule.Rule):
     where the file is reported otherwise, `--fix` leaves the name.
 
     In a file that calls `tf_lso.install()`, the names it provides work as
-    written after that call: each is a note (`info`) that says what it
-    runs as. A name used at module level before the call, and TF's private
-    modules (which `install()` does not provide), stay errors.
+    written after that call (after it in the same function, or in any
+    function where the call is in the module's code): each is a note
+    (`info`) that says what it runs as. A name used before the call, or in
+    another function than the one that calls it, and TF's private modules
+    (which `install()` does not provide), stay errors.
     """
 
     id, severity = "legacy-name", "error"
@@ -262,23 +264,33 @@ def _install(context):
 
 
 def _runs_after(install, node, context):
-    """Whether `node` runs after the `install` call: in a function (run
-    later), or in the module's code after a module-level call."""
-    notes = context.notes["legacy-name"]
-    if "module_level" not in notes:
-        module_level, pending = set(), list(context.tree.body)
-        while pending:
-            child = pending.pop()
-            module_level.add(id(child))
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                      ast.Lambda)):
-                pending.extend(ast.iter_child_nodes(child))
-        notes["module_level"] = module_level
-    module_level = notes["module_level"]
-    if id(node) not in module_level:
+    """Whether `node` runs after the `install` call: after it in the same
+    function (or the module's code), or in any function where the call is
+    in the module's code (functions run later)."""
+    scopes = _scopes(context)
+    where, tree = scopes[id(install)], context.tree
+    if where is tree and scopes[id(node)] is not tree:
         return True
-    return id(install) in module_level and (
+    return scopes[id(node)] is where and (
         (install.lineno, install.col_offset) < (node.lineno, node.col_offset))
+
+
+def _scopes(context):
+    """id(node) -> the function (or lambda) it is in, or the module; found
+    once per file."""
+    notes = context.notes["legacy-name"]
+    if "scopes" not in notes:
+        scopes, pending = {}, [(context.tree, context.tree)]
+        while pending:
+            node, scope = pending.pop()
+            scopes[id(node)] = scope
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.Lambda)):
+                scope = node
+            pending.extend((child, scope)
+                           for child in ast.iter_child_nodes(node))
+        notes["scopes"] = scopes
+    return notes["scopes"]
 
 
 def _under_install(written, line):
