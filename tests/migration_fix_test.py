@@ -378,6 +378,20 @@ REAL_CODE_CASES = [
      "opt = loss_scale_optimizer.LossScaleOptimizer(opt, 'dynamic')\n",
      "from tf_lso import experimental as loss_scale_optimizer\n"
      "opt = loss_scale_optimizer.LossScaleOptimizer(opt, 'dynamic')\n"),
+    # TF 2.4's private module is tf_lso itself: `import tf_lso as ...`
+    # (an existing crash: LibCST refused `from  import`).
+    ("from tensorflow.python.keras.mixed_precision import "
+     "loss_scale_optimizer as lso\n"
+     "opt = lso.LossScaleOptimizer(opt)\n",
+     "import tf_lso as lso\n"
+     "opt = lso.LossScaleOptimizer(opt)\n"),
+    ("from tensorflow.python.keras.mixed_precision import (\n"
+     "    loss_scale_optimizer, policy)\n"
+     "opt = loss_scale_optimizer.LossScaleOptimizer(opt)\n",
+     "from tensorflow.python.keras.mixed_precision import (\n"
+     "    policy)\n"
+     "import tf_lso as loss_scale_optimizer\n"
+     "opt = loss_scale_optimizer.LossScaleOptimizer(opt)\n"),
     # What tf_lso does not provide stays, and so does a module it is used
     # through.
     ("from tensorflow.keras.mixed_precision.experimental import Policy, Bogus\n",

@@ -341,6 +341,15 @@ def _moved_alias(alias, new, cst, keep_comma):
     return parent, alias.with_changes(**changes)
 
 
+def _import_line(parent, aliases, cst):
+    """`from parent import aliases`; `import aliases` for a top-level
+    module (`parent` empty: TF 2.4's private module is `tf_lso`)."""
+    if not parent:
+        return cst.SimpleStatementLine(body=[cst.Import(names=aliases)])
+    return cst.SimpleStatementLine(body=[cst.ImportFrom(
+        module=cst.parse_expression(parent), names=aliases)])
+
+
 def _transformer(cst, names, unprovided, lines, route):
     """The rewrite of the legacy names (on `route`) that start on `lines`."""
     position = cst.metadata.PositionProvider
@@ -450,7 +459,7 @@ def _transformer(cst, names, unprovided, lines, route):
                         (alias, new))
             if not moved:
                 return line
-            if not kept and len(moved) == 1:
+            if not kept and len(moved) == 1 and "" not in moved:
                 # One new module for every name: only the names change, so
                 # parentheses, commas and comments stay as they were.
                 [(parent, pairs)] = moved.items()
@@ -459,10 +468,9 @@ def _transformer(cst, names, unprovided, lines, route):
                     names=[_moved_alias(alias, new, cst, keep_comma=True)[1]
                            for alias, new in pairs])])
             new_lines = [
-                cst.SimpleStatementLine(body=[cst.ImportFrom(
-                    module=cst.parse_expression(parent),
-                    names=[_moved_alias(alias, new, cst, keep_comma=False)[1]
-                           for alias, new in pairs])])
+                _import_line(parent, [
+                    _moved_alias(alias, new, cst, keep_comma=False)[1]
+                    for alias, new in pairs], cst)
                 for parent, pairs in moved.items()
             ]
             if kept:
