@@ -569,6 +569,28 @@ def test_apply_gradients_after_scale_loss_unscales_again():
         "too small.")
 
 
+def test_a_copy_of_keras3s_train_step_with_a_clip_is_reported():
+    # Review D9, decided: `scale_loss` is the identity unless the optimizer
+    # scales, as after any `scale_loss` (issue 52's everydream bug); the
+    # path is named.
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "class M(keras.Model):\n"
+        "    def train_step(self, data):\n"
+        "        x, y = data\n"
+        "        with tf.GradientTape() as tape:\n"
+        "            loss = self.compute_loss(y=y, y_pred=self(x))\n"
+        "            if self.optimizer is not None:\n"
+        "                loss = self.optimizer.scale_loss(loss)\n"
+        "        grads = tape.gradient(loss, self.trainable_weights)\n"
+        "        grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
+        "        self.optimizer.apply(grads, self.trainable_weights)\n",
+        options=ONLY_NEW)
+    assert clip.line == 10
+    assert clip.message.startswith(
+        "When `self.optimizer is not None` is true, `tf.clip_by_global_norm`")
+
+
 def test_a_constant_test_is_not_named():
     [clip] = check.check_source(
         "import tensorflow as tf\n"
@@ -703,6 +725,32 @@ def test_a_float16_linear_output_is_reported_where_losses_keep_its_dtype():
     assert _found(source, check.Options(select=NEW_RULES,
                                         route="tf-keras")) == [
         (3, "float16-output"), (7, "float16-output")]
+
+
+def test_a_bounded_or_unknown_activation_is_not_reported():
+    # Review D9: a pix2pix generator's `tanh` output, read by an L1 loss,
+    # is not the float16-output bug (the issue: a GAN generator's `tanh`
+    # stays silent), nor is another activation the rule cannot judge
+    # (`relu`, a name); no activation (logits) is, on tf-keras.
+    source = (
+        "import tensorflow as tf\n"
+        "from tensorflow.keras import layers\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "generator = tf.keras.Sequential([\n"
+        "    layers.Conv2D(64, 4, padding='same'),\n"
+        "    layers.Conv2DTranspose(3, 4, activation='tanh')])\n"
+        "def generator_loss(disc_output, gen_output, target):\n"
+        "    return tf.reduce_mean(tf.abs(target - gen_output))\n"
+        "def train_step(image, target):\n"
+        "    gen_output = generator(image, training=True)\n"
+        "    return generator_loss(None, gen_output, target)\n"
+        "a = tf.keras.Sequential([layers.Dense(1, activation='relu')])\n"
+        "b = tf.keras.Sequential([layers.Activation(act)])\n"
+        "c = tf.keras.Sequential([layers.Dense(1, activation=None)])\n"
+        "a.fit(x, y); b.fit(x, y); c.fit(x, y)\n")
+    assert _found(source, check.Options(select=NEW_RULES,
+                                        route="tf-keras")) == [
+        (14, "float16-output")]
 
 
 def test_the_float16_output_message_names_what_reads_it_and_the_fix():

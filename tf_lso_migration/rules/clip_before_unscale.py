@@ -25,6 +25,13 @@ class ClipBeforeUnscale(rule.Rule):
     gradients. Not reported: a clip norm that is itself multiplied by the
     loss scale, and a log call whose text says it logs a scaled value.
 
+    `scale_loss` is the identity on an optimizer that is not a loss scale
+    optimizer; a clip after it is reported all the same: code calls it to
+    support loss scaling, and under `mixed_float16` Keras's `compile` makes
+    the optimizer one. So is a copy of Keras 3's own `train_step` (`if
+    self.optimizer is not None: loss = self.optimizer.scale_loss(loss)`)
+    with a clip added, on that path.
+
     A clip is `tf.clip_by_global_norm`, `clip_by_norm`, `clip_by_value`,
     a call of another module whose name says it clips
     (`agc.adaptive_clip_grad(vars, grads)`; not where it is also given the

@@ -75,11 +75,14 @@ class Float16Output(rule.Rule):
     generator), a model ending in another kind of layer than a dense,
     convolution or activation layer (pooling: features), a layer with a
     `dtype` argument anywhere in its call, `Lambda` layers, multi-output
-    models, and models built or read in another file. On the keras3 route
-    a last layer without a softmax or sigmoid (logits, a regression) is not
-    reported either: Keras 3's losses convert what they read to float32
-    first (the guide still advises float32 there); on the tf-keras route,
-    where losses compute in the output's dtype, it is. `--fix` adds
+    models, models built or read in another file, and a last layer with
+    another activation than softmax or sigmoid (a generator's bounded
+    `tanh`, even where an L1 loss reads it; `relu`; an activation given by
+    name), which is not the bug the guide means, or not sure. On the
+    keras3 route a last layer without an activation (logits, a regression)
+    is not reported either: Keras 3's losses convert what they read to
+    float32 first (the guide still advises float32 there); on the tf-keras
+    route, where losses compute in the output's dtype, it is. `--fix` adds
     `dtype="float32"` to a last layer built where the model is; where the
     layer is built elsewhere (`self.out = Dense(...)`) or the output is an
     op (`tf.nn.softmax(x)`), the message shows the corrected code.
@@ -594,13 +597,15 @@ class _Models:
 
 def _layer(context, node, inline):
     """The alternative a layer's constructor call makes: float16 where it
-    predicts and nothing in its call says a dtype (`dtype=`, `**kwargs`);
-    else not reported (node None).
+    predicts probabilities or is linear and nothing in its call says a
+    dtype (`dtype=`, `**kwargs`); else not reported (node None).
 
     On Keras 3 a loss converts what it reads to float32 first, so only a
     layer that computes probabilities (softmax, sigmoid) loses what the
     loss cannot get back; on tf_keras a loss computes in the output's
     dtype, so a linear output (logits, a regression) counts there too.
+    Another activation (a GAN generator's bounded `tanh`, `relu`, one
+    given by name) is not the bug the guide means, or not sure.
     """
     for child in ast.walk(node):
         if isinstance(child, ast.Call) and any(
@@ -609,23 +614,28 @@ def _layer(context, node, inline):
     kind = _layer_class(context, node.func)
     if kind not in _PREDICTING:
         return Alternative(None)
-    return Alternative(node, (), inline,
-                       linear=not _probabilities(context, node, kind))
+    activation = _activation(context, node, kind)
+    if activation != "linear" and activation not in _PROBABILITIES:
+        return Alternative(None)
+    return Alternative(node, (), inline, linear=activation == "linear")
 
 
-def _probabilities(context, node, kind):
-    """Whether a predicting layer's constructor call makes it compute
-    probabilities: `Softmax()`, `activation='softmax'` (or `'sigmoid'`,
-    or `tf.nn.softmax`)."""
+def _activation(context, node, kind):
+    """The activation a predicting layer's constructor call gives it:
+    `softmax` for `Softmax()`, `linear` for none, else its name
+    (`'sigmoid'`, `tf.nn.tanh`), or "" where it is not known."""
     if kind == "Softmax":
-        return True
+        return "softmax"
     index = 0 if kind == "Activation" else 1
     activation = node.args[index] if len(node.args) > index else next(
         (k.value for k in node.keywords if k.arg == "activation"), None)
+    if activation is None or (isinstance(activation, ast.Constant)
+                              and activation.value is None):
+        return "linear"
     name = mp.string_argument(activation)
-    if name is None and activation is not None:
+    if name is None:
         name = (mp.behaviour(context, activation) or "").rpartition(".")[2]
-    return name in _PROBABILITIES
+    return name
 
 
 def _merge(first, second, test=None):
