@@ -691,6 +691,17 @@ OUTPUT_CASES = [
      "    x = keras.layers.Dense(1, activation='sigmoid')(x)\n"
      "keras.Model(inputs, x).fit(a, b)\n",
      []),
+    # Two models built apart are two, also when both are empty (review
+    # Q4): after the loop `vae` may be the one compiled without a loss.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "vae = keras.Sequential()\n"
+     "while not ready:\n"
+     "    vae = keras.Sequential()\n"
+     "    vae.compile(optimizer='adam')\n"
+     "vae.add(keras.layers.Dense(4, activation='sigmoid'))\n"
+     "vae.fit(x)\n",
+     []),
     # A local name that shadows a module-level model is not that model.
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('mixed_float16')\n"

@@ -152,10 +152,11 @@ class Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class Model:
-    """A model: the alternatives of its output (empty: not known)."""
+    """A model: the alternatives of its output (empty: not known), and
+    where it was built (two models built apart are two)."""
 
     alternatives: tuple[Alternative, ...]
-    node: ast.AST = dataclasses.field(compare=False, hash=False)
+    node: ast.AST
 
 
 @dataclasses.dataclass(frozen=True)
