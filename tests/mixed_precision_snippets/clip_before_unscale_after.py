@@ -84,7 +84,9 @@ def scaled_clip_norm_step(model, opt, x, y):
 
 
 def conditional_scaling_step(model, opt, x, y, mixed):
-    # Scaled and unscaled on the same condition: sure on neither path.
+    # Scaled and unscaled under the same test: on the path where the loss
+    # is scaled, the gradients are unscaled before the clip; on the other
+    # they were never scaled.
     with tf.GradientTape() as tape:
         loss = model.loss(x, y)
         if mixed:
