@@ -879,14 +879,11 @@ class _Flow:
         this file's returns."""
         if isinstance(node, ast.Lambda):
             return self._eval_quietly(node.body, env)
-        if isinstance(node, ast.expr) and self._depth == 0:
-            found = self._callee(node)
-            if found is not None:
-                call = ast.Call(node, [], [])
-                ast.copy_location(call, node)
-                followed = self._follow(call, {}, env)
-                return followed[0] if followed else None
-        return None
+        if not isinstance(node, ast.expr):
+            return None
+        call = ast.copy_location(ast.Call(node, [], []), node)
+        followed = self._follow(call, {}, env)
+        return followed[0] if followed else None
 
     def _accumulate(self, node: ast.Call, method: str,
                     value: Value | None) -> None:
