@@ -758,10 +758,11 @@ def test_a_bounded_or_unknown_activation_is_not_reported():
         "a = tf.keras.Sequential([layers.Dense(1, activation='relu')])\n"
         "b = tf.keras.Sequential([layers.Activation(act)])\n"
         "c = tf.keras.Sequential([layers.Dense(1, activation=None)])\n"
-        "a.fit(x, y); b.fit(x, y); c.fit(x, y)\n")
+        "d = tf.keras.Sequential([layers.Conv2D(1, 3)])\n"
+        "a.fit(x, y); b.fit(x, y); c.fit(x, y); d.fit(x, y)\n")
     assert _found(source, check.Options(select=NEW_RULES,
                                         route="tf-keras")) == [
-        (14, "float16-output")]
+        (14, "float16-output"), (15, "float16-output")]
 
 
 def test_the_float16_output_message_names_what_reads_it_and_the_fix():

@@ -627,7 +627,7 @@ def _activation(context, node, kind):
     (`'sigmoid'`, `tf.nn.tanh`), or "" where it is not known."""
     if kind == "Softmax":
         return "softmax"
-    index = 0 if kind == "Activation" else 1
+    index = {"Activation": 0, "Dense": 1}.get(kind, len(node.args))
     activation = node.args[index] if len(node.args) > index else next(
         (k.value for k in node.keywords if k.arg == "activation"), None)
     if activation is None or (isinstance(activation, ast.Constant)
