@@ -119,9 +119,10 @@ REWRITES = [
      "opt = keras.mixed_precision.LossScaleOptimizer(\n"
      "    keras.optimizers.Adam(), initial_scale=1024)\n", None),
     ("import keras\n"
-     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
-     "    keras.optimizers.Adam(), 2 ** 12)\n"
-     "grads = opt.get_unscaled_gradients(grads)\n", None),
+     "def step(grads):\n"
+     "    opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "        keras.optimizers.Adam(), 2 ** 12)\n"
+     "    return opt.get_unscaled_gradients(grads)\n", None),
     # float16-output (issue 60): the last layer of a model a loss reads
     # gets `dtype="float32"`, as the line or lines were written.
     ("""\
