@@ -28,10 +28,10 @@ Calls. A call of a function or method defined in the same file
 (`helper(g)`, `self.helper(g)`) is that function, whatever its name, and
 is followed one level down with the caller's values: what it returns,
 and what it does to them (reported at the call); two levels down, what
-it returns is not known. An optimizer named by a plain alias (`opt = self.optimizer`)
-is the optimizer it names. Gradients accumulated with `assign_add` into
-`tf.Variable`s held on `self` are followed into the method that applies
-them.
+it returns is not known. An optimizer named by a plain alias (`opt =
+self.optimizer`) is the optimizer it names. Gradients accumulated with
+`assign_add` into `tf.Variable`s held on `self` are followed into the
+method of the same class that applies them.
 """
 
 from __future__ import annotations
