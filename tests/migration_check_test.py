@@ -152,6 +152,49 @@ def test_notebook_cell_magics_are_not_python(tmp_path):
         (1, 4, "legacy-name")]
 
 
+def test_an_indented_magic_alone_in_its_block_keeps_the_notebook(tmp_path):
+    # tensorflow/tpu's keras_mnist_tpu.ipynb: a shell escape as the only
+    # line of an `if` block; the findings after it are still found.
+    notebook = {"cells": [
+        {"cell_type": "code", "source": ["import tensorflow as tf\n",
+                                         "if IN_COLAB:\n", "    !pip install x\n",
+                                         "else:\n", "  %load_ext tensorboard\n"]},
+        {"cell_type": "code", "source": "tf.train.experimental."
+                                        "FixedLossScale(2)"},
+    ]}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook))
+    findings = migration_check.check_file(path)
+    assert [(f.cell, f.line, f.rule) for f in findings] == [
+        (1, 1, "legacy-name")]
+
+
+def test_comments_and_continued_lines_are_not_magics(tmp_path):
+    # A comment that ends in `?` (at any indent, or after code inside
+    # brackets) and a line that continues an expression (`!= b`, `% 3`)
+    # are Python, not `name?` help or a magic.
+    notebook = {"cells": [{"cell_type": "code", "source": [
+        "import tensorflow as tf\n",
+        "for i in r:\n",
+        "    print(i)\n",
+        "# should we log?\n",
+        "    print(2 * i)\n",
+        "layers = [\n",
+        "    tf.keras.layers.Dense(64),  # too small?\n",
+        "]\n",
+        "ok = (a\n",
+        "      != b)\n",
+        "n = (a\n",
+        "     % 3)\n",
+        "tf.train.experimental.FixedLossScale(2)",
+    ]}]}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook))
+    findings = migration_check.check_file(path)
+    assert [(f.cell, f.line, f.rule) for f in findings] == [
+        (0, 13, "legacy-name")]
+
+
 def test_bad_files_are_findings_not_crashes(tmp_path):
     (tmp_path / "bad.ipynb").write_text("{not json")
     (tmp_path / "latin1.py").write_bytes(b"x = '\xe9'\n")
@@ -739,6 +782,161 @@ def test_route_option_and_rule_docs(tmp_path, capsys):
     cli.main(["rule", "run-v2"])
     assert capsys.readouterr().out.startswith(
         "run-v2 (error; routes: keras3, tf-keras)\n")
+
+
+# -- LossScaleOptimizer: Keras 3's class or TF 2.4's (issue 60) -------------
+
+LOSS_SCALE_OPTIMIZER_CASES = [
+    # Keras 3's own class, as Keras 3 code writes it (valid in TF 2.4 too):
+    # not legacy, whatever the spelling.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam(), initial_scale=1024)\n"
+     "opt.apply(grads)\n",
+     []),
+    ("import tensorflow as tf\n"
+     "from tensorflow.keras.mixed_precision import LossScaleOptimizer\n"
+     "opt = LossScaleOptimizer(tf.keras.optimizers.SGD(),\n"
+     "                         dynamic_growth_steps=1000)\n"
+     "isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)\n",
+     []),
+    # Another object's `loss_scale` says nothing of the optimizer
+    # (tensorflow/models' `runtime_config.loss_scale`).
+    ("import tensorflow as tf\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner)\n"
+     "configure(opt, loss_scale=runtime_config.loss_scale)\n",
+     []),
+    # Before `tf_lso.install()` it is Keras 3's class too.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "import tf_lso\n"
+     "tf_lso.install()\n",
+     []),
+    # What Keras 3's class lacks is evidence of TF 2.4's API: legacy.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam(), dynamic=False, initial_scale=1024)\n",
+     [(2, 7, "legacy-name")]),
+    # A second positional argument: a bool or a string is TF 2.4's
+    # `dynamic` (or TF 2.3's loss scale); a number is Keras 3's
+    # `initial_scale`, and a name may be either (review D5).
+    ("import tensorflow as tf\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner, False)\n"
+     "opt2 = tf.keras.mixed_precision.LossScaleOptimizer(inner, 'dynamic')\n",
+     [(2, 7, "legacy-name"), (3, 8, "legacy-name")]),
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam(), 2 ** 12)\n"
+     "opt2 = keras.mixed_precision.LossScaleOptimizer(inner, 128, 2000)\n"
+     "opt3 = keras.mixed_precision.LossScaleOptimizer(inner, scale)\n",
+     []),
+    ("from tensorflow.keras.mixed_precision import LossScaleOptimizer\n"
+     "opt = LossScaleOptimizer(inner)\n"
+     "def step(loss):\n"
+     "    return opt.get_scaled_loss(loss)\n",
+     [(1, 1, "legacy-name")]),
+    # Code written for both classes asks which it has (review D6).
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def step(tape, loss, vs):\n"
+     "    if hasattr(opt, 'get_scaled_loss'):\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    else:\n"
+     "        loss = opt.scale_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    g = opt.get_unscaled_gradients(g) if hasattr(\n"
+     "        opt, 'get_unscaled_gradients') else g\n",
+     []),
+]
+
+
+@pytest.mark.parametrize("source, expected", LOSS_SCALE_OPTIMIZER_CASES)
+def test_the_keras3_name_is_legacy_only_where_tf24_api_is_used(source,
+                                                               expected):
+    assert _found(migration_check.check_source(source)) == expected
+
+
+def test_the_loss_scale_optimizer_finding_names_the_spelling_and_evidence():
+    [finding] = migration_check.check_source(
+        "import keras\n"
+        "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+        "grads = opt.get_unscaled_gradients(grads)\n")
+    assert finding.severity == "error" and finding.fixable
+    assert finding.message == (
+        "On TensorFlow 2.16+ `keras.mixed_precision.LossScaleOptimizer` is "
+        "Keras 3's class, which has no `get_unscaled_gradients` (line 3): "
+        "TF 2.4's class is `tf_lso.LossScaleOptimizer`.")
+
+
+def test_install_in_a_function_covers_that_function_after_it():
+    # Review Q3: `install()` in one function says nothing of another.
+    findings = migration_check.check_source(
+        "import tensorflow as tf\n"
+        "def build():\n"
+        "    return tf.train.experimental.DynamicLossScale()\n"
+        "def main():\n"
+        "    import tf_lso\n"
+        "    tf_lso.install()\n"
+        "    return tf.train.experimental.FixedLossScale(8)\n",
+        collapse=False)
+    assert [(f.line, f.severity) for f in findings] == [
+        (3, "error"), (7, "info")]
+
+
+def test_a_call_in_keras3s_signature_is_not_rewritten():
+    # Review D5: `--fix` would make `2 ** 12` TF 2.4's `dynamic`.
+    source = ("import keras\n"
+              "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+              "    keras.optimizers.Adam(), 2 ** 12)\n"
+              "grads = opt.get_unscaled_gradients(grads)\n")
+    [finding] = migration_check.check_source(source)
+    assert (finding.line, finding.severity, finding.fixable) == (
+        2, "error", False)
+    assert finding.message.endswith(
+        " `--fix` leaves it: the call at line 2 passes Keras 3's "
+        "`initial_scale` as its second positional argument, which would be "
+        "TF 2.4's `dynamic`.")
+
+
+def test_under_install_legacy_names_are_notes_on_what_install_does():
+    findings = migration_check.check_source(
+        "import tensorflow as tf\n"
+        "from tensorflow.keras.mixed_precision import experimental as mp\n"
+        "import tf_lso\n"
+        "tf_lso.install()\n"
+        "from tensorflow.keras.mixed_precision import experimental as mp2\n"
+        "from tensorflow.python.keras.mixed_precision.experimental import (\n"
+        "    loss_scale_optimizer as lso)\n"
+        "def build(opt):\n"
+        "    opt = tf.train.experimental.DynamicLossScale()\n"
+        "    return tf.keras.mixed_precision.LossScaleOptimizer(opt)\n",
+        collapse=False)
+    assert [(f.line, f.rule, f.severity, f.fixable) for f in findings] == [
+        (2, "legacy-name", "error", True),  # Runs before install().
+        (5, "legacy-name", "info", True),
+        (6, "legacy-name", "error", True),  # Not provided at run time.
+        (9, "legacy-name", "info", True),
+        (10, "legacy-name", "info", False),  # Keras 3's API: not rewritten.
+    ]
+    assert findings[0].message.endswith(
+        " It runs before `tf_lso.install()` (line 4), which provides it.")
+    assert findings[1].message == (
+        "`tf.keras.mixed_precision.experimental` runs as "
+        "`tf_lso.experimental` under `tf_lso.install()` (line 4). `--fix` "
+        "writes that name, so that the file runs without `install()` too.")
+    assert findings[3].message.startswith(
+        "`tf.train.experimental.DynamicLossScale` runs as "
+        "`tf_lso.experimental.DynamicLossScale` under `tf_lso.install()` "
+        "(line 4).")
+    assert findings[4].message == (
+        "Under `tf_lso.install()` (line 4) "
+        "`tf.keras.mixed_precision.LossScaleOptimizer` is "
+        "`tf_lso.LossScaleOptimizer`, TF 2.4's class, not Keras 3's: its "
+        "second positional argument is `dynamic`, and `iterations` counts "
+        "the steps it skips. `keras.optimizers.LossScaleOptimizer` stays "
+        "Keras 3's.")
+    assert findings[2].message.endswith(
+        " `tf_lso.install()` (line 4) does not provide TF's private modules.")
 
 
 # -- Notebooks: where a finding is in the file (issue 42) ---------------------

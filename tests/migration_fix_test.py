@@ -67,14 +67,17 @@ REWRITES = [
      opt = tf_lso.experimental.LossScaleOptimizer(  # wrap
          inner,   'dynamic')
      """),
-    # A mixed import is split; the kept names keep their line.
+    # A mixed import is split; the kept names keep their line. (TF 2.4's
+    # `dynamic=` says it is TF 2.4's class, not Keras 3's.)
     ("""\
      from tensorflow.keras.mixed_precision import (  # the TF 2.4 guide
          LossScaleOptimizer, set_global_policy)
+     opt = LossScaleOptimizer(inner, dynamic=True)
      """, """\
      from tensorflow.keras.mixed_precision import (  # the TF 2.4 guide
          set_global_policy)
      from tf_lso import LossScaleOptimizer
+     opt = LossScaleOptimizer(inner, dynamic=True)
      """),
     ("""\
      # header
@@ -109,6 +112,95 @@ REWRITES = [
      "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
      "from tensorflow.keras.mixed_precision import Policy\n"
      "tf.data.experimental.AUTOTUNE\n", None),
+    # Keras 3's LossScaleOptimizer as Keras 3 code writes it (issue 60),
+    # also where the file uses TF 2.4's methods: TF 2.4's class would take
+    # `2 ** 12` as `dynamic` (review D5).
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam(), initial_scale=1024)\n", None),
+    ("import keras\n"
+     "def step(grads):\n"
+     "    opt = keras.mixed_precision.LossScaleOptimizer(\n"
+     "        keras.optimizers.Adam(), 2 ** 12)\n"
+     "    return opt.get_unscaled_gradients(grads)\n", None),
+    # float16-output (issue 60): the last layer of a model a loss reads
+    # gets `dtype="float32"`, as the line or lines were written.
+    ("""\
+     import tensorflow as tf
+     tf.keras.mixed_precision.set_global_policy('mixed_float16')
+     model = tf.keras.Sequential([
+         tf.keras.layers.Dense(8, activation='relu'),
+         tf.keras.layers.Dense(10, activation='softmax'),
+     ])
+     model.compile(loss='sparse_categorical_crossentropy')
+     """, """\
+     import tensorflow as tf
+     tf.keras.mixed_precision.set_global_policy('mixed_float16')
+     model = tf.keras.Sequential([
+         tf.keras.layers.Dense(8, activation='relu'),
+         tf.keras.layers.Dense(10, activation='softmax', dtype="float32"),
+     ])
+     model.compile(loss='sparse_categorical_crossentropy')
+     """),
+    ("""\
+     import keras
+     from keras import layers
+     keras.mixed_precision.set_global_policy("mixed_float16")
+     inputs = keras.Input((4,))
+     x = layers.Dense(
+         8,
+         activation="softmax",
+     )(inputs)
+     model = keras.Model(inputs, x)
+     model.compile(optimizer="adam", loss="mse")
+     other = keras.Sequential()
+     other.add(layers.Softmax())
+     other.compile(loss="mse")
+     """, """\
+     import keras
+     from keras import layers
+     keras.mixed_precision.set_global_policy("mixed_float16")
+     inputs = keras.Input((4,))
+     x = layers.Dense(
+         8,
+         activation="softmax",
+         dtype="float32",
+     )(inputs)
+     model = keras.Model(inputs, x)
+     model.compile(optimizer="adam", loss="mse")
+     other = keras.Sequential()
+     other.add(layers.Softmax(dtype="float32"))
+     other.compile(loss="mse")
+     """),
+    # Legacy names and a last layer in one file: both fixes.
+    ("""\
+     import tensorflow as tf
+     tf.keras.mixed_precision.experimental.set_policy('mixed_float16')
+     model = tf.keras.Sequential([tf.keras.layers.Softmax()])
+     model.compile(loss='mse')
+     """, """\
+     import tensorflow as tf
+     import tf_lso
+     tf_lso.experimental.set_policy('mixed_float16')
+     model = tf.keras.Sequential([tf.keras.layers.Softmax(dtype="float32")])
+     model.compile(loss='mse')
+     """),
+    # Not sure: a layer built elsewhere (`self.out`), an op; the message
+    # shows the code.
+    ("""\
+     import tensorflow as tf
+     tf.keras.mixed_precision.set_global_policy('mixed_float16')
+     class Head(tf.keras.Model):
+         def __init__(self):
+             super().__init__()
+             self.out = tf.keras.layers.Dense(10)
+         def call(self, x):
+             return tf.nn.softmax(self.out(x))
+     class Logits(Head):
+         def call(self, x):
+             return self.out(x)
+     Head().compile(loss='mse')
+     """, None),
 ]
 
 
@@ -287,6 +379,20 @@ REAL_CODE_CASES = [
      "opt = loss_scale_optimizer.LossScaleOptimizer(opt, 'dynamic')\n",
      "from tf_lso import experimental as loss_scale_optimizer\n"
      "opt = loss_scale_optimizer.LossScaleOptimizer(opt, 'dynamic')\n"),
+    # TF 2.4's private module is tf_lso itself: `import tf_lso as ...`
+    # (an existing crash: LibCST refused `from  import`).
+    ("from tensorflow.python.keras.mixed_precision import "
+     "loss_scale_optimizer as lso\n"
+     "opt = lso.LossScaleOptimizer(opt)\n",
+     "import tf_lso as lso\n"
+     "opt = lso.LossScaleOptimizer(opt)\n"),
+    ("from tensorflow.python.keras.mixed_precision import (\n"
+     "    loss_scale_optimizer, policy)\n"
+     "opt = loss_scale_optimizer.LossScaleOptimizer(opt)\n",
+     "from tensorflow.python.keras.mixed_precision import (\n"
+     "    policy)\n"
+     "import tf_lso as loss_scale_optimizer\n"
+     "opt = loss_scale_optimizer.LossScaleOptimizer(opt)\n"),
     # What tf_lso does not provide stays, and so does a module it is used
     # through.
     ("from tensorflow.keras.mixed_precision.experimental import Policy, Bogus\n",

@@ -55,7 +55,9 @@ def test_rules_are_registered_with_the_rule_form():
         rule = rules.RULES[rule_id]
         assert rule.severity == "warning"
         assert rule.routes == rules.ROUTES
-        assert not rule.fixes  # No --fix: the message shows the order.
+        # Only float16-output has a fix that is sure (a dtype); the other
+        # messages show the order.
+        assert rule.fixes == (rule_id == "float16-output")
         assert rule.section == "Mixed-precision bugs"
 
 
@@ -207,36 +209,627 @@ CASES = [
      "opt = keras.optimizers.LossScaleOptimizer(opt)\n"
      "keras.mixed_precision.set_global_policy('mixed_bfloat16')\n",
      []),
-    # float16-output: the model's last layer, `keras` spelled as Keras 3.
+    # float16-output: the last layer of a model a loss reads, `keras`
+    # spelled as Keras 3; a model no loss reads is not reported.
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('mixed_float16')\n"
      "model = keras.Sequential([keras.layers.Dense(4),\n"
      "                          keras.layers.Softmax()])\n"
      "other = keras.Sequential([keras.layers.Dense(4)])\n"
-     "other.add(keras.layers.Dense(1))\n",
-     [(4, "float16-output")]),
+     "other.add(keras.layers.Dense(1, activation='sigmoid'))\n"
+     "unread = keras.Sequential([keras.layers.Dense(4)])\n"
+     "model.compile(loss='mse')\n"
+     "other.fit(x, y)\n",
+     [(4, "float16-output"), (6, "float16-output")]),
     # A custom layer's dtype is its own business; a float32 policy is fine.
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('mixed_float16')\n"
      "model = keras.Sequential([keras.layers.Dense(4), MyHead()])\n"
-     "last = keras.Sequential([keras.layers.Dense(4, dtype=policy)])\n",
+     "last = keras.Sequential([keras.layers.Dense(4, dtype=policy)])\n"
+     "model.fit(x, y); last.fit(x, y)\n",
      []),
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('float32')\n"
-     "model = keras.Sequential([keras.layers.Dense(4)])\n",
+     "model = keras.Sequential([keras.layers.Dense(4)])\n"
+     "model.fit(x, y)\n",
      []),
-    # Outputs cast to float32 by hand do what a float32 layer would.
+    # An output cast to float32 by hand where the loss reads it does what a
+    # float32 layer would; a cast of something else does not.
     ("import tensorflow as tf\n"
      "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
-     "model = tf.keras.Sequential([tf.keras.layers.Dense(4)])\n"
-     "y = tf.cast(model(x), tf.float32)\n",
+     "model = tf.keras.Sequential([tf.keras.layers.Softmax()])\n"
+     "loss = loss_fn(y, tf.cast(model(x), tf.float32))\n",
      []),
+    ("import tensorflow as tf\n"
+     "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "model = tf.keras.Sequential([tf.keras.layers.Softmax()])\n"
+     "x = tf.cast(x, tf.float32)\n"
+     "loss = loss_fn(y, model(x))\n",
+     [(3, "float16-output")]),
 ]
 
 
 @pytest.mark.parametrize("source, expected", CASES)
 def test_cases(source, expected):
     assert _found(source) == expected
+
+
+# Issue 60: paths, calls followed one level down, aliases; and what stays
+# silent because it is not sure.
+PATH_CASES = [
+    # google/automl's EfficientDet shape, with the clip moved before the
+    # unscale: the other branch names the loss as it is.
+    ("import tensorflow as tf\n"
+     "class T(tf.keras.Model):\n"
+     "    def train_step(self, data):\n"
+     "        with tf.GradientTape() as tape:\n"
+     "            total_loss = self.total\n"
+     "            if isinstance(self.optimizer, LossScaleOptimizer):\n"
+     "                scaled_loss = self.optimizer.get_scaled_loss(total_loss)\n"
+     "            else:\n"
+     "                scaled_loss = total_loss\n"
+     "        gradients = tape.gradient(scaled_loss, self.trainable_variables)\n"
+     "        gradients, _ = tf.clip_by_global_norm(gradients, 10.0)\n"
+     "        if isinstance(self.optimizer, LossScaleOptimizer):\n"
+     "            gradients = self.optimizer.get_unscaled_gradients(gradients)\n"
+     "        self.optimizer.apply_gradients(\n"
+     "            zip(gradients, self.trainable_variables))\n",
+     [(11, "clip-before-unscale")]),
+    # `tf.gradients` with its keywords.
+    ("import tensorflow as tf\n"
+     "def step(opt, loss, vs):\n"
+     "    g = tf.gradients(ys=opt.get_scaled_loss(loss), xs=vs)\n"
+     "    tf.clip_by_global_norm(g, 1.0)\n",
+     [(4, "clip-before-unscale")]),
+    # A test of each element in a comprehension is not a path of the list.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    g = [tf.clip_by_norm(x, 1.0) if x is not None else None for x in g]\n"
+     "    tf.clip_by_global_norm(g, 1.0)\n",
+     [(4, "clip-before-unscale"), (5, "clip-before-unscale")]),
+    # Scaled and unscaled under two different tests: which paths meet is
+    # not known (the flags may be one).
+    ("def step(opt, tape, loss, vs, a, b):\n"
+     "    if a:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    if b:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # The test's name stored again between the two `if`s ends the path.
+    ("def step(opt, tape, loss, vs, mixed):\n"
+     "    if mixed:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    mixed = check(mixed)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # `not` flips the path; the else branch of the same test is the other.
+    ("def step(opt, tape, loss, vs, fp32):\n"
+     "    if not fp32:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    if fp32:\n"
+     "        pass\n"
+     "    else:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    ("def step(opt, tape, loss, vs, fp32):\n"
+     "    if not fp32:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     [(5, "unscale-once")]),
+    # A constant test is no path: `if False:` never runs (dead code), `if
+    # True:` always does (review D2).
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    if False:  # loss scaling disabled for now\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    g, _ = tf.clip_by_global_norm(g, 1.0)\n"
+     "    h = tape.gradient(opt.get_scaled_loss(loss) if 0 else loss, vs)\n"
+     "    opt.apply_gradients(zip(g + h, vs))\n",
+     []),
+    # A test that is not a plain value (a call with a lambda) is no path.
+    ("def step(opt, tape, loss, vs):\n"
+     "    if pick(lambda: 1):\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # `self.` tests are one in every method of the class; a local's is not.
+    ("class T:\n"
+     "    def loss(self, loss):\n"
+     "        if self.fp16:\n"
+     "            return self.opt.get_scaled_loss(loss)\n"
+     "        return loss\n"
+     "    def step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.loss(loss), vs)\n"
+     "        if self.fp16:\n"
+     "            g = self.opt.get_unscaled_gradients(g)\n"
+     "        self.opt.apply_gradients(zip(g, vs))\n"
+     "    def bad_step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.loss(loss), vs)\n"
+     "        self.opt.apply_gradients(zip(g, vs))\n",
+     [(13, "unscale-once")]),
+    ("def scale(opt, loss, fp16):\n"
+     "    if fp16:\n"
+     "        return opt.get_scaled_loss(loss)\n"
+     "    return loss\n"
+     "def step(opt, tape, loss, vs, fp16):\n"
+     "    g = tape.gradient(scale(opt, loss, fp16), vs)\n"
+     "    if fp16:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # One level only: a helper's helper is not followed.
+    ("def inner(tape, loss, vs):\n"
+     "    return tape.gradient(loss, vs)\n"
+     "def outer(tape, loss, vs):\n"
+     "    return inner(tape, loss, vs)\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = outer(tape, opt.get_scaled_loss(loss), vs)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # A same-file function two calls down is not followed, whatever its
+    # name says (review D3: `clip_gradients_safely` unscales first).
+    ("import tensorflow as tf\n"
+     "def clip_gradients_safely(opt, grads):\n"
+     "    grads = opt.get_unscaled_gradients(grads)\n"
+     "    return tf.clip_by_global_norm(grads, 1.0)[0]\n"
+     "def apply_grads(opt, grads, vs):\n"
+     "    grads = clip_gradients_safely(opt, grads)\n"
+     "    opt.apply_gradients(zip(grads, vs))\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    apply_grads(opt, tape.gradient(opt.get_scaled_loss(loss), vs), vs)\n",
+     []),
+    # A call whose name says it clips is reported, and what it returns is
+    # not followed (review D3); given the optimizer that scaled the loss, it
+    # may unscale first: not sure.
+    ("from grad_tools import clip_gradients\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    g = clip_gradients(g, max_norm=5.0)\n"
+     "    opt.apply_gradients(zip(g, vs))\n"
+     "    h = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    h = clip_gradients(h, opt)\n"
+     "    opt.apply_gradients(zip(h, vs))\n",
+     [(4, "clip-before-unscale")]),
+    # A method of the file is that method, not the protocol's (review D7:
+    # a `scale_loss` that averages over replicas).
+    ("import tensorflow as tf\n"
+     "class DistTrainer:\n"
+     "    def scale_loss(self, loss):\n"
+     "        return loss / self.strategy.num_replicas_in_sync\n"
+     "    def step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.scale_loss(loss), vs)\n"
+     "        g, _ = tf.clip_by_global_norm(g, 1.0)\n"
+     "        self.optimizer.apply_gradients(zip(g, vs))\n",
+     []),
+    # A parameter named as a function of the file is not that function
+    # (review D8).
+    ("import tensorflow as tf\n"
+     "def transform(grads):\n"
+     "    return [tf.clip_by_norm(g, 1.0) for g in grads]\n"
+     "def step(opt, tape, loss, vs, transform):\n"
+     "    g = transform(tape.gradient(opt.get_scaled_loss(loss), vs))\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n",
+     []),
+    # A helper's own finding is reported once, where it is.
+    ("import tensorflow as tf\n"
+     "def clip(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    return tf.clip_by_global_norm(g, 1.0)[0]\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    return clip(opt, tape, loss, vs)\n",
+     [(4, "clip-before-unscale")]),
+    # Multiplied by the inverse of the loss scale, or divided by a number
+    # (a fixed loss scale written out): maybe unscaled, not followed.
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    inverse = 1.0 / opt.loss_scale\n"
+     "    g = [x * inverse for x in g]\n"
+     "    h = [x / 128.0 for x in tape.gradient(opt.get_scaled_loss(loss), vs)]\n"
+     "    tf.clip_by_global_norm(g, 1.0)\n"
+     "    tf.clip_by_global_norm(h, 1.0)\n",
+     []),
+    # Divided by the loss scale of another optimizer: not an unscale by
+    # this one, so `apply` does not unscale them twice.
+    ("def step(opt, other, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.scale_loss(loss), vs)\n"
+     "    g = [x / other.loss_scale for x in g]\n"
+     "    opt.apply(g, vs)\n",
+     []),
+    # Element-wise ops with their keywords (review M1).
+    ("import tensorflow as tf\n"
+     "def step(opt, tape, loss, vs):\n"
+     "    g = opt.get_unscaled_gradients(\n"
+     "        tape.gradient(opt.get_scaled_loss(loss), vs))\n"
+     "    g = [tf.where(condition=tf.math.is_finite(x), x=x,\n"
+     "                  y=tf.zeros_like(x)) for x in g]\n"
+     "    g = [tf.cast(x=x, dtype=tf.float32) for x in g]\n"
+     "    g = opt.get_unscaled_gradients(g)\n",
+     [(8, "unscale-once")]),
+    # After `scale_loss`, `apply_gradients` unscales too (review M2).
+    ("def step(opt, tape, loss, vs):\n"
+     "    g = tape.gradient(opt.scale_loss(loss), vs)\n"
+     "    g = [x / opt.dynamic_scale for x in g]\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     [(4, "unscale-once")]),
+    # Accumulated, then changed in place otherwise: not sure.
+    ("class M:\n"
+     "    def train_step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.optimizer.get_scaled_loss(loss), vs)\n"
+     "        for i in range(len(g)):\n"
+     "            self.acc[i].assign_add(g[i])\n"
+     "    def apply(self, vs):\n"
+     "        for i in range(len(vs)):\n"
+     "            self.acc[i].assign(self.acc[i] / self.optimizer.loss_scale)\n"
+     "        self.optimizer.apply_gradients(zip(self.acc, vs))\n",
+     []),
+    # What one class accumulates is not another's (review D4): B never
+    # scales.
+    ("class A:\n"
+     "    def train_step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.optimizer.get_scaled_loss(loss), vs)\n"
+     "        for i in range(len(g)):\n"
+     "            self.acc[i].assign_add(g[i])\n"
+     "    def flush(self, vs):\n"
+     "        self.optimizer.apply_gradients(zip(self.acc, vs))\n"
+     "class B:\n"
+     "    def train_step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(loss, vs)\n"
+     "        for i in range(len(g)):\n"
+     "            self.acc[i].assign_add(g[i])\n"
+     "    def flush(self, vs):\n"
+     "        self.optimizer.apply_gradients(zip(self.acc, vs))\n",
+     [(7, "unscale-once")]),
+    # `minimize` of a function of this file that scales the loss.
+    ("def step(opt, model, x, y):\n"
+     "    def loss_fn():\n"
+     "        return opt.get_scaled_loss(model.loss(x, y))\n"
+     "    opt.minimize(loss_fn, model.trainable_variables)\n"
+     "    other.minimize(loss_fn, model.trainable_variables)\n",
+     [(4, "unscale-once")]),
+    # A method of another object whose name says it clips is a clip; one
+    # that also says it scales is not sure.
+    ("def step(opt, tape, loss, vs, clipper):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    a = clipper.clip(g)\n"
+     "    b = clipper.unscale_and_clip(g)\n"
+     "    c = clipper.clip(g, 5.0 * opt.loss_scale)\n",
+     [(3, "clip-before-unscale")]),
+]
+
+
+@pytest.mark.parametrize("source, expected", PATH_CASES)
+def test_path_cases(source, expected):
+    assert _found(source) == expected
+
+
+def test_a_test_of_each_element_is_not_named():
+    found = check.check_source(
+        "import tensorflow as tf\n"
+        "def step(opt, tape, loss, vs):\n"
+        "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+        "    g = [x if x is not None else None for x in g]\n"
+        "    tf.clip_by_global_norm(g, 1.0)\n", options=ONLY_NEW)
+    assert [f.message[:26] for f in found] == ["`tf.clip_by_global_norm` c"]
+
+
+def test_conditions_are_named_outermost_first():
+    # Review W2: in the order the `if`s nest, not sorted.
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "class T:\n"
+        "    def step(self, tape, loss, vs):\n"
+        "        if self.cfg.precision == 'float16':\n"
+        "            if self.cfg.loss_scaling:\n"
+        "                loss = self.opt.get_scaled_loss(loss)\n"
+        "        g = tape.gradient(loss, vs)\n"
+        "        g = [tf.clip_by_value(x, -1.0, 1.0) for x in g]\n",
+        options=ONLY_NEW)
+    assert clip.message.startswith(
+        "When `self.cfg.precision == 'float16'` is true and "
+        "`self.cfg.loss_scaling` is true, `tf.clip_by_value` clips")
+    [output] = check.check_source(
+        "import keras\n"
+        "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "if top:\n"
+        "    if multiclass:\n"
+        "        x = keras.layers.Dense(9, activation='softmax')(x)\n"
+        "keras.Model(i, x).fit(a, b)\n", options=ONLY_NEW)
+    assert output.message.startswith(
+        "When `top` is true and `multiclass` is true, this model's")
+
+
+def test_apply_gradients_after_scale_loss_unscales_again():
+    [twice] = check.check_source(
+        "def step(opt, tape, loss, vs):\n"
+        "    g = tape.gradient(opt.scale_loss(loss), vs)\n"
+        "    g = [x / opt.loss_scale for x in g]\n"
+        "    opt.apply_gradients(zip(g, vs))\n", options=ONLY_NEW)
+    assert twice.message.startswith(
+        "These gradients were unscaled already; `opt.apply_gradients` "
+        "unscales them again (after `scale_loss` it takes the gradients of "
+        "the scaled loss as they are): each step is the loss scale times "
+        "too small.")
+
+
+def test_a_copy_of_keras3s_train_step_with_a_clip_is_reported():
+    # Review D9, decided: `scale_loss` is the identity unless the optimizer
+    # scales, as after any `scale_loss` (issue 52's everydream bug); the
+    # path is named.
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "class M(keras.Model):\n"
+        "    def train_step(self, data):\n"
+        "        x, y = data\n"
+        "        with tf.GradientTape() as tape:\n"
+        "            loss = self.compute_loss(y=y, y_pred=self(x))\n"
+        "            if self.optimizer is not None:\n"
+        "                loss = self.optimizer.scale_loss(loss)\n"
+        "        grads = tape.gradient(loss, self.trainable_weights)\n"
+        "        grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
+        "        self.optimizer.apply(grads, self.trainable_weights)\n",
+        options=ONLY_NEW)
+    assert clip.line == 10
+    assert clip.message.startswith(
+        "When `self.optimizer is not None` is true, `tf.clip_by_global_norm`")
+
+
+@pytest.mark.parametrize("test", ["True", "not 0"])
+def test_a_constant_test_is_not_named(test):
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "def step(opt, tape, loss, vs):\n"
+        f"    if {test}:\n"
+        "        loss = opt.get_scaled_loss(loss)\n"
+        "    tf.clip_by_global_norm(tape.gradient(loss, vs), 1.0)\n",
+        options=ONLY_NEW)
+    assert clip.message.startswith("`tf.clip_by_global_norm` clips")
+
+
+def test_a_finding_on_a_path_names_its_condition():
+    [never] = check.check_source(
+        "class M:\n"
+        "    def train_step(self, tape, loss, vs):\n"
+        "        if not self.fp32:\n"
+        "            loss = self.optimizer.get_scaled_loss(loss)\n"
+        "        g = tape.gradient(loss, vs)\n"
+        "        self.optimizer.apply_gradients(zip(g, vs))\n",
+        options=ONLY_NEW)
+    assert never.message.startswith(
+        "When `self.fp32` is false, `self.optimizer.apply_gradients` gets "
+        "gradients of a loss scaled by `get_scaled_loss` that were never "
+        "unscaled: ")
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "def step(opt, tape, loss, vs, amp, limit):\n"
+        "    loss = opt.get_scaled_loss(loss) if amp else loss\n"
+        "    g = [tf.clip_by_value(x, -limit, limit)\n"
+        "         for x in tape.gradient(loss, vs)]\n",
+        options=ONLY_NEW)
+    assert clip.line == 4
+    assert clip.message.startswith(
+        "When `amp` is true, `tf.clip_by_value` clips gradients of a scaled "
+        "loss before they are unscaled: they are the true gradients times "
+        "the loss scale (2**15 by default), so clipping them to "
+        "`[-limit, limit]` clips almost every one. Unscale first: ")
+
+
+# float16-output, issue 60: what a loss reads, and what stays silent.
+OUTPUT_CASES = [
+    # Compiled without a loss (`add_loss`): what `fit` reads is not sure.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "vae = keras.Sequential([keras.layers.Dense(4, activation='sigmoid')])\n"
+     "vae.compile(optimizer='adam')\n"
+     "vae.fit(x)\n",
+     []),
+    # A model that ends in pooling outputs features.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "base = keras.Sequential([keras.layers.Conv2D(8, 3),\n"
+     "                         keras.layers.GlobalAveragePooling2D()])\n"
+     "base.compile(loss='mse')\n",
+     []),
+    # Both branches: each alternative with its condition; the other
+    # branch's output is pooling (features), not reported.
+    ("import keras\n"
+     "from keras import layers\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "def build(inputs, x, top):\n"
+     "    if not top:\n"
+     "        x = layers.GlobalMaxPooling2D()(x)\n"
+     "    else:\n"
+     "        x = layers.Dense(10, activation=keras.activations.softmax)(x)\n"
+     "    return keras.Model(inputs, x)\n"
+     "build(i, h, True).fit(x, y)\n"
+     "m = build(i, h, True)\n"
+     "m.fit(x, y)\n",
+     [(8, "float16-output")]),
+    # Layers added in a loop: the last one is not known.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "model = keras.Sequential()\n"
+     "for units in (64, 10):\n"
+     "    model.add(keras.layers.Dense(units))\n"
+     "model.fit(x, y)\n",
+     []),
+    # A subclass read by its own `train_step` (`self.compiled_loss`).
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "class M(keras.Model):\n"
+     "    def __init__(self):\n"
+     "        super().__init__()\n"
+     "        self.out = keras.layers.Dense(10, activation='softmax')\n"
+     "    def call(self, x):\n"
+     "        return self.out(x)\n"
+     "    def train_step(self, data):\n"
+     "        x, y = data\n"
+     "        y_pred = self(x, training=True)\n"
+     "        return self.compiled_loss(y, y_pred)\n",
+     [(6, "float16-output")]),
+    # What `if False:` does never runs (review D2).
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "x = keras.layers.Dense(4)(inputs)\n"
+     "if False:\n"
+     "    x = keras.layers.Dense(1, activation='sigmoid')(x)\n"
+     "keras.Model(inputs, x).fit(a, b)\n",
+     []),
+    # Two models built apart are two, also when both are empty (review
+    # Q4): after the loop `vae` may be the one compiled without a loss.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "vae = keras.Sequential()\n"
+     "while not ready:\n"
+     "    vae = keras.Sequential()\n"
+     "    vae.compile(optimizer='adam')\n"
+     "vae.add(keras.layers.Dense(4, activation='sigmoid'))\n"
+     "vae.fit(x)\n",
+     []),
+    # A local name that shadows a module-level model is not that model.
+    ("import keras\n"
+     "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "model = keras.Sequential([keras.layers.Dense(4)])\n"
+     "def train(x, y):\n"
+     "    model = keras.models.load_model('m.keras')\n"
+     "    model.fit(x, y)\n",
+     []),
+]
+
+
+@pytest.mark.parametrize("source, expected", OUTPUT_CASES)
+def test_output_cases(source, expected):
+    assert _found(source) == expected
+
+
+def test_a_float16_linear_output_is_reported_where_losses_keep_its_dtype():
+    # keras-team/keras-io's KerasNLP guide: float16 logits read by
+    # `from_logits=True`. Keras 3's losses convert what they read to float32
+    # first, so only float16 probabilities (softmax, sigmoid) lose what the
+    # loss cannot get back there; tf_keras's compute in the output's dtype.
+    source = (
+        "import keras\n"
+        "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "outputs = keras.layers.Dense(2)(features)\n"
+        "model = keras.Model(inputs, outputs)\n"
+        "model.compile(loss=keras.losses.SparseCategoricalCrossentropy(\n"
+        "    from_logits=True))\n"
+        "probs = keras.layers.Dense(2, 'softmax')(features)\n"
+        "keras.Model(inputs, probs).fit(x, y)\n")
+    assert _found(source) == [(7, "float16-output")]
+    assert _found(source, check.Options(select=NEW_RULES,
+                                        route="tf-keras")) == [
+        (3, "float16-output"), (7, "float16-output")]
+
+
+def test_a_bounded_or_unknown_activation_is_not_reported():
+    # Review D9: a pix2pix generator's `tanh` output, read by an L1 loss,
+    # is not the float16-output bug (the issue: a GAN generator's `tanh`
+    # stays silent), nor is another activation the rule cannot judge
+    # (`relu`, a name); no activation (logits) is, on tf-keras.
+    source = (
+        "import tensorflow as tf\n"
+        "from tensorflow.keras import layers\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "generator = tf.keras.Sequential([\n"
+        "    layers.Conv2D(64, 4, padding='same'),\n"
+        "    layers.Conv2DTranspose(3, 4, activation='tanh')])\n"
+        "def generator_loss(disc_output, gen_output, target):\n"
+        "    return tf.reduce_mean(tf.abs(target - gen_output))\n"
+        "def train_step(image, target):\n"
+        "    gen_output = generator(image, training=True)\n"
+        "    return generator_loss(None, gen_output, target)\n"
+        "a = tf.keras.Sequential([layers.Dense(1, activation='relu')])\n"
+        "b = tf.keras.Sequential([layers.Activation(act)])\n"
+        "c = tf.keras.Sequential([layers.Dense(1, activation=None)])\n"
+        "d = tf.keras.Sequential([layers.Conv2D(1, 3)])\n"
+        "a.fit(x, y); b.fit(x, y); c.fit(x, y); d.fit(x, y)\n")
+    assert _found(source, check.Options(select=NEW_RULES,
+                                        route="tf-keras")) == [
+        (14, "float16-output"), (15, "float16-output")]
+
+
+def test_the_float16_output_message_names_what_reads_it_and_the_fix():
+    found = check.check_source(
+        "import tensorflow as tf\n"
+        "from tensorflow.keras import layers\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "def build(x, include_top):\n"
+        "    if include_top:\n"
+        "        x = layers.Dense(10, activation='softmax')(x)\n"
+        "    return tf.keras.Model(i, x)\n"
+        "class C(tf.keras.Model):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.logits = layers.Dense(10)\n"
+        "    def call(self, x):\n"
+        "        return tf.nn.softmax(self.logits(x))\n"
+        "m = build(h, True)\n"
+        "m.compile('adam', 'categorical_crossentropy')\n"
+        "loss = loss_fn(y, C()(x))\n", options=ONLY_NEW)
+    assert [(f.line, f.fixable) for f in found] == [(6, True), (13, False)]
+    assert found[0].message == (
+        "When `include_top` is true, this model's last layer computes in "
+        "float16 under the 'mixed_float16' policy set at line 3, and the "
+        "loss given to `m.compile` (line 15) reads its output: the loss "
+        "(softmax, cross-entropy) loses precision and can overflow. Give "
+        "it `dtype='float32'`: `layers.Dense(10, activation='softmax', "
+        "dtype='float32')` (`--fix` does).")
+    assert found[1].message == (
+        "`tf.nn.softmax` computes this model's output in float16 under the "
+        "'mixed_float16' policy set at line 3, and `loss_fn` (line 16) "
+        "reads its output: the loss (softmax, cross-entropy) loses "
+        "precision and can overflow. Compute it in float32: "
+        "`tf.nn.softmax(tf.cast(self.logits(x), tf.float32))`.")
+
+
+def test_a_helper_finding_names_the_call_inside_and_the_callers_value():
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "def clip(grads, max_norm):\n"
+        "    return [tf.clip_by_norm(g, max_norm) for g in grads]\n"
+        "def step(opt, tape, loss, vs):\n"
+        "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+        "    g = clip(g, 5.0)\n", options=ONLY_NEW)
+    assert (clip.line, clip.column) == (6, 9)
+    assert clip.message.startswith(
+        "`clip` clips gradients of a scaled loss (it calls "
+        "`tf.clip_by_norm`) before they are unscaled: they are the true "
+        "gradients times the loss scale (2**15 by default), so clipping "
+        "them at 5.0 clips almost every one.")
+
+
+def test_the_analyses_skip_files_that_never_scale_or_set_a_policy(
+        monkeypatch):
+    # Issue 60: most files never scale a loss or set a mixed policy; the
+    # two analyses are most of the time a file takes, so they are skipped.
+    from tf_lso_migration.rules import _gradient_flow
+    from tf_lso_migration.rules import _policies
+
+    def analyzed(*args):
+        raise AssertionError("analyzed")
+
+    monkeypatch.setattr(_gradient_flow._Flow, "analyze", analyzed)
+    monkeypatch.setattr(_policies, "policy_sets", analyzed)
+    assert _found("import tensorflow as tf\n"
+                  "tf.keras.mixed_precision.set_global_policy('float32')\n"
+                  "g = tape.gradient(loss, vs)\n"
+                  "opt.apply_gradients(zip(g, vs))\n") == []
+    for source in ("s = opt.scale_loss(loss)\n",
+                   "s = opt.get_scaled_loss(loss)\n",
+                   "k.set_global_policy('mixed_float16')\n",
+                   "k.set_global_policy('mixed_bfloat16')\n"):
+        with pytest.raises(AssertionError, match="analyzed"):
+            _found(source)
 
 
 def test_the_rules_hold_on_both_routes():
@@ -269,6 +862,53 @@ def test_notebook_cells_are_one_program(tmp_path):
     found = check.check_file(notebook, ONLY_NEW)
     assert [(f.cell, f.line, f.column, f.rule) for f in found] == [
         (1, 2, 7, "bfloat16-loss-scale")]
+
+
+def test_a_notebook_message_names_lines_in_their_cells(tmp_path):
+    # The policy is on line 2 of cell 1, not line 5 of the cells joined.
+    notebook = tmp_path / "train.ipynb"
+    cells = [
+        "import os\nimport sys\n",
+        "import tensorflow as tf\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_bfloat16')",
+        "opt = tf.keras.optimizers.SGD()\n"
+        "opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)",
+    ]
+    notebook.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "source": source} for source in cells]}))
+    [found] = check.check_file(notebook, ONLY_NEW)
+    assert (found.cell, found.line, found.rule) == (
+        2, 2, "bfloat16-loss-scale")
+    assert found.message.startswith(
+        "A dynamic loss scale under the 'mixed_bfloat16' policy set at line "
+        "2 of cell 1: ")
+
+
+def test_a_notebook_message_offers_no_fix(tmp_path):
+    # `--fix` leaves notebooks: the message shows the code, and says no
+    # more.
+    notebook = tmp_path / "train.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "source":
+        "import tensorflow as tf\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "m = tf.keras.Sequential([tf.keras.layers.Softmax()])\n"
+        "m.compile(loss='mse')\n"}]}))
+    [found] = check.check_file(notebook, ONLY_NEW)
+    assert (found.line, found.fixable) == (3, False)
+    assert found.message.endswith(
+        "Give it `dtype='float32'`: `tf.keras.layers.Softmax(dtype="
+        "'float32')`.")
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "source":
+        "import tf_lso\n"
+        "tf_lso.install()\n"
+        "import tensorflow as tf\n"
+        "s = tf.train.experimental.DynamicLossScale()\n"}]}))
+    [found] = check.check_file(notebook)
+    assert found.message == (
+        "`tf.train.experimental.DynamicLossScale` runs as "
+        "`tf_lso.experimental.DynamicLossScale` under `tf_lso.install()` "
+        "(line 2 of cell 0). Written so, the file runs without `install()` "
+        "too.")
 
 
 def test_sarif_and_rule_page(capsys):

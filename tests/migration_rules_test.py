@@ -129,3 +129,51 @@ def test_registering_checks_the_rule():
 
     with pytest.raises(ValueError, match="registered already"):
         rule_lib.register(Taken)
+
+
+def test_a_rule_runs_only_on_files_that_mention_one_of_its_words(
+        toy_rule, monkeypatch):
+    from tf_lso_migration import check
+
+    visited = []
+    monkeypatch.setattr(toy_rule, "mentions", ("toy_old",))
+    monkeypatch.setattr(toy_rule, "visit",
+                        lambda node, context: visited.append(node.lineno))
+    check.check_source("x = toy_new(1)\n")
+    assert visited == []
+    check.check_source("x = toy_new(1)\ny = toy_old(2)\n")
+    assert visited == [1, 2]
+
+
+def _snippets():
+    """Every source the migration tests check, by name."""
+    import migration_fix_test
+    import migration_mixed_precision_test as mixed
+
+    snippets = dict(migration_fix_test._test_snippets())
+    for cases in ("CASES", "PATH_CASES", "OUTPUT_CASES"):
+        for index, (source, _) in enumerate(getattr(mixed, cases)):
+            snippets[f"{cases}[{index}]"] = source
+    for path in sorted(mixed.FIXTURES.glob("*.py")):
+        snippets[path.name] = path.read_text()
+    return snippets
+
+
+def test_the_words_rules_mention_change_no_finding(monkeypatch):
+    # Each rule's words are a test before it runs: with none, every rule
+    # runs on every file, and finds the same.
+    from tf_lso_migration import check
+
+    snippets = _snippets()
+    before = {name: check.check_source(source, collapse=False)
+              for name, source in snippets.items()}
+    assert sum(len(found) for found in before.values()) > 150
+    assert {r.id for r in rules.RULES.values() if r.mentions} == {
+        "legacy-name", "variable-name-suffix", "skipped-step-iterations",
+        "clip-before-unscale", "unscale-once", "bfloat16-loss-scale",
+        "float16-output"}
+    for rule in rules.RULES.values():
+        monkeypatch.setattr(rule, "mentions", ())
+    for name, source in snippets.items():
+        assert check.check_source(source, collapse=False) == before[name], (
+            name)

@@ -87,6 +87,8 @@ class Finding:
             that holds the code line (None for a .py file).
         file_column: In a notebook, the column there (1-based, in
             characters of the file).
+        severity: One of `rules.SEVERITIES`: the rule's, unless the rule
+            said otherwise for this finding ("" when made: the rule's).
     """
 
     path: str
@@ -98,56 +100,81 @@ class Finding:
     fixable: bool = False
     file_line: int | None = None
     file_column: int | None = None
+    severity: str = ""
 
-    @property
-    def severity(self) -> str:
-        return rules.RULES[self.rule].severity
+    def __post_init__(self) -> None:
+        if not self.severity:
+            object.__setattr__(self, "severity",
+                               rules.RULES[self.rule].severity)
 
     def location(self) -> str:
         cell = "" if self.cell is None else f"[cell {self.cell}]"
         return f"{self.path}{cell}:{self.line}:{self.column}"
 
     def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "severity": self.severity}
+        return dataclasses.asdict(self)
 
 
 def _walk(tree, context, options):
     """Hands every node to the rules that visit its type, in source order.
 
-    Every rule that holds on the route runs, selected or not, so that what
-    a rule sees does not depend on `--select`. An assignment of a dotted
+    Every rule that holds on the route and whose words the file mentions
+    runs, selected or not, so that what a rule sees does not depend on
+    `--select`. An assignment of a dotted
     name (`mp = tf.keras.mixed_precision.experimental`) is recorded first,
     so that later `mp.X` resolves.
     """
-    running = [rule for rule in rules.RULES.values() if options.runs(rule)]
+    running = [rule for rule in rules.RULES.values() if options.runs(rule)
+               and context.mentions(*rule.mentions)]
     by_type = {}
     for rule in running:
         for node_type in rule.visits:
             by_type.setdefault(node_type, []).append(rule)
 
     def visit(node):
-        if isinstance(node, ast.Assign):
+        node_type = type(node)
+        if node_type is ast.Assign:
             found = context.resolve(node.value)
             if found and len(node.targets) == 1 and isinstance(
                     node.targets[0], ast.Name):
                 context.names[node.targets[0].id] = found[0]
         skip = False
-        for rule in by_type.get(type(node), ()):
+        for rule in by_type.get(node_type, ()):
             if rule.visit(node, context) is rule_lib.SkipChildren:
                 skip = True
-        if skip or isinstance(node, (ast.Import, ast.ImportFrom)):
+        if skip or node_type is ast.Import or node_type is ast.ImportFrom:
             return
-        for child in ast.iter_child_nodes(node):
-            visit(child)
+        fields = _FIELDS.get(node_type)
+        if fields is None:
+            fields = _FIELDS[node_type] = tuple(
+                f for f in node_type._fields if f not in _LEAF_FIELDS)
+        for field in fields:  # ast.iter_child_nodes, less the leaves.
+            value = getattr(node, field, None)
+            if type(value) is list:
+                for child in value:
+                    if isinstance(child, ast.AST):
+                        visit(child)
+            elif isinstance(value, ast.AST):
+                visit(value)
 
     visit(tree)
     for rule in running:
         rule.finish(context)
 
 
+# The fields of a node that hold only expression contexts and operators
+# (`Load`, `Add`, `Eq`): nodes without children, which no rule visits. The
+# walk skips them (a third of the nodes). `_FIELDS`: by node type, the
+# fields it reads (names and constants hold no node).
+_LEAF_FIELDS = frozenset({"ctx", "op", "ops"})
+_FIELDS: dict[type, tuple[str, ...]] = {ast.Name: (), ast.Constant: ()}
+
+
 def check_source(source: str, path: str = "<string>",
                  cell: int | None = None, collapse: bool = True,
-                 options: Options | None = None) -> list[Finding]:
+                 options: Options | None = None,
+                 line_name: Callable[[int], str] | None = None,
+                 fixes: bool = True) -> list[Finding]:
     """Findings in Python source text, sorted by position.
 
     Args:
@@ -156,6 +183,10 @@ def check_source(source: str, path: str = "<string>",
         cell: The notebook cell index, if any.
         collapse: Report each `info` rule once (`one_note_per_rule`).
         options: `Options` (default: every rule, on the default route).
+        line_name: How a message names another line of `source` (default
+            "line N"; a notebook's cells joined say which cell).
+        fixes: Whether `--fix` rewrites `source` (a notebook's it does
+            not): if not, no finding is fixable.
 
     Returns:
         A list of `Finding`s. A syntax error gives one `unparsable` finding.
@@ -171,11 +202,12 @@ def check_source(source: str, path: str = "<string>",
                         "unparsable", f"Not parsed, skipped: {e}.", cell)]
     found: list[Finding] = []
 
-    def report(node, rule_id, message, fixable):  # A `rule_lib.Report`.
+    def report(node, rule_id, message, fixable, severity):  # A Report.
         found.append(Finding(path, node.lineno, node.col_offset + 1, rule_id,
-                             message, cell, fixable))
+                             message, cell, fixable, severity=severity))
 
-    _walk(tree, rule_lib.Context(tree, report, options.route), options)
+    _walk(tree, rule_lib.Context(tree, report, options.route, line_name,
+                                 source, fixes), options)
     ignored = suppressions(source)
     found = [f for f in set(found)
              if options.reports(f.rule) and not _suppressed(f, ignored)]
@@ -218,21 +250,23 @@ def one_note_per_rule(
         findings: Iterable[Finding],
         where: Callable[[Finding], str] = lambda f: str(f.line),
 ) -> list[Finding]:
-    """Keeps the first `info` finding of each rule; it lists the others.
+    """Keeps the first `info` finding of each rule and message; it lists
+    the others.
 
     A note that something works as before is worth reading once per file,
     not at every call site.
     """
-    first: dict[str, tuple[int, list[str]]] = {}
+    first: dict[tuple[str, str], tuple[int, list[str]]] = {}
     kept: list[Finding] = []
     for finding in findings:
+        note = (finding.rule, finding.message)
         if finding.severity != "info":
             kept.append(finding)
-        elif finding.rule not in first:
-            first[finding.rule] = (len(kept), [])
+        elif note not in first:
+            first[note] = (len(kept), [])
             kept.append(finding)
         else:
-            first[finding.rule][1].append(where(finding))
+            first[note][1].append(where(finding))
     for index, others in first.values():
         if others:
             noun = "line" if len(others) == 1 else "lines"
@@ -243,7 +277,8 @@ def one_note_per_rule(
 
 
 def notebook_cells(text: str) -> list[tuple[int, str]]:
-    """The code cells of a notebook as sources, magics blanked (same lines)."""
+    """The code cells of a notebook as sources, each magic a `pass` (same
+    lines)."""
     cells: list[tuple[int, str]] = []
     for index, cell in enumerate(json.loads(text).get("cells", [])):
         if cell.get("cell_type") != "code":
@@ -253,11 +288,33 @@ def notebook_cells(text: str) -> list[tuple[int, str]]:
         lines = source.split("\n")
         if lines[0].startswith("%%"):  # A cell magic: not Python.
             lines = [""] * len(lines)
-        # Line magics, shell escapes and `name?` help.
-        lines = ["" if line.lstrip().startswith(("%", "!", "?"))
-                 or line.rstrip().endswith("?") else line for line in lines]
-        cells.append((index, "\n".join(lines)))
+        cells.append((index, "\n".join(_without_magics(lines))))
     return cells
+
+
+# What is not code on a line: strings, a comment, a string left open.
+_NOT_CODE = re.compile(r"""(["'])(?:\\.|(?!\1).)*\1|#.*|["'].*""")
+
+
+def _without_magics(lines: list[str]) -> Iterator[str]:
+    """`lines` with each line magic, shell escape and `name?` help a `pass`
+    at its indent, so that a block it is alone in stays a block.
+
+    A comment is Python, and so is a line inside brackets or after a `\\`
+    (`!= b`, `% 3`): they stay as they are.
+    """
+    depth, continued = 0, False
+    for line in lines:
+        code = _NOT_CODE.sub("", line).strip()
+        if not depth and not continued and (
+                line.lstrip().startswith(("%", "!", "?"))
+                or code.endswith("?")):
+            yield line[:len(line) - len(line.lstrip())] + "pass"
+            continue
+        depth = max(0, depth + sum(map(code.count, "([{"))
+                    - sum(map(code.count, ")]}")))
+        continued = code.endswith("\\")
+        yield line
 
 
 def _check_notebook(text, path, options):
@@ -266,13 +323,23 @@ def _check_notebook(text, path, options):
     for index, source in notebook_cells(text):
         starts.append((len(lines), index))
         lines.extend(source.split("\n"))
+
+    def in_cell(line):
+        """(cell, line in it) of a line of the cells joined."""
+        first, cell = max(s for s in starts if s[0] < line)
+        return cell, line - first
+
+    def line_name(line):
+        cell, line = in_cell(line)
+        return f"line {line} of cell {cell}"
+
     findings = []
+    # Checked, not rewritten: `--fix` leaves notebooks alone.
     for finding in check_source("\n".join(lines), path, collapse=False,
-                                options=options):
-        first, cell = max(s for s in starts if s[0] < finding.line)
-        # Checked, not rewritten: `--fix` leaves notebooks alone.
-        findings.append(dataclasses.replace(
-            finding, line=finding.line - first, cell=cell, fixable=False))
+                                options=options, line_name=line_name,
+                                fixes=False):
+        cell, line = in_cell(finding.line)
+        findings.append(dataclasses.replace(finding, line=line, cell=cell))
     if findings:
         where = _NotebookText(text)
         findings = [dataclasses.replace(f, **where.position(f))

@@ -3,18 +3,18 @@
 Needs LibCST (`pip install 'libcst>=1.1'`, tf_lso's `migrate` extra), a
 concrete syntax tree that
 keeps comments and formatting: only the legacy names (and the imports that
-bring them in) change, and the file stays byte for byte the same elsewhere
-(its encoding, byte order mark and line ends included). Nothing else is
-rewritten; what `check` reports beyond `legacy-name` stays for a person to
-decide, and so does a legacy name that tf_lso does not provide (with the
-imports it is used through).
+bring them in) change, and a float16 last layer gets `dtype="float32"`;
+the file stays byte for byte the same elsewhere (its encoding, byte order
+mark and line ends included). Nothing else is rewritten; what else `check`
+reports stays for a person to decide, and so does a legacy name that
+tf_lso does not provide (with the imports it is used through).
 
 The rules the tests hold it to: a fixed file imports and runs wherever the
 original did under `python -m tf_lso run`; and `--fix` rewrites only what
 `check` reports as fixable with the same options (`check.Options`) and
-suppression comments. The rewrites are the rules' (`Rule.fix`; today
-`legacy-name`'s), each given the lines of its findings; this reads, writes
-and diffs files.
+suppression comments. The rewrites are the rules' (`Rule.fix`: today
+`legacy-name`'s and `float16-output`'s), each given the lines of its
+findings; this reads, writes and diffs files.
 """
 
 from __future__ import annotations

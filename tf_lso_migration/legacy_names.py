@@ -117,6 +117,16 @@ def installed_names() -> list[str]:
     return [name for name in LEGACY_NAMES if not name.startswith("tf.python.")]
 
 
+def installed(dotted: str) -> bool:
+    """Whether `install()` provides a canonical legacy name or module.
+
+    >>> installed("tf.python.keras.mixed_precision.loss_scale_optimizer")
+    False
+    """
+    return replacement(dotted) is not None and not dotted.startswith(
+        "tf.python.")
+
+
 def in_legacy_module(dotted: str) -> bool:
     """Whether a canonical dotted name is inside a legacy module."""
     return any(dotted.startswith(module + ".") for module in LEGACY_MODULES)

@@ -23,6 +23,7 @@ import re
 import textwrap
 import types
 from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Set
 from typing import TYPE_CHECKING
@@ -62,6 +63,9 @@ class Rule:
             it is not run.
         section: The heading in docs/migration.md that explains it.
         visits: The `ast` node classes whose nodes `visit` is called with.
+        mentions: Words of which a file's text holds one wherever the rule
+            can find something; in another file it is not run (a cheap
+            test first). Empty: run on every file.
     """
 
     # Declared, not set: a subclass sets them (`register` checks it did).
@@ -70,6 +74,7 @@ class Rule:
     section: str
     routes: tuple[str, ...] = ROUTES
     visits: tuple[type[ast.AST], ...] = ()
+    mentions: tuple[str, ...] = ()
 
     def _doc_paragraphs(self) -> list[str]:
         doc = inspect.cleandoc(type(self).__dict__.get("__doc__") or "")
@@ -213,11 +218,29 @@ def anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
+# What statements are in: statements, `except` and `case` clauses.
+_HOLD_STATEMENTS: tuple[type[ast.AST], ...] = (
+    ast.stmt, ast.excepthandler, *(
+        [ast.match_case] if hasattr(ast, "match_case") else []))
+
+
+def statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """The statements in `tree` (and `except` and `case` clauses), in the
+    order `ast.walk` gives them; not the expressions, which hold none."""
+    pending = collections.deque([tree])
+    while pending:
+        node = pending.popleft()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, _HOLD_STATEMENTS):
+                pending.append(child)
+                yield child
+
+
 def imported_names(tree: ast.AST,
                    nodes: Iterable[ast.AST] | None = None) -> dict[str, str]:
     """Local name -> canonical dotted name, for every import in `tree`.
 
-    `nodes`: `list(ast.walk(tree))`, if the caller has it already.
+    `nodes`: `statements(tree)` (or every node), if the caller has them.
     """
     names: dict[str, str] = {}
     for node in nodes or ast.walk(tree):
@@ -281,8 +304,9 @@ def unprovided_aliases(tree: ast.AST, names: Mapping[str, str],
     return found
 
 
-#: How a `Context` hands on a finding: (node, rule id, message, fixable).
-Report = Callable[[ast.AST, str, str, bool], None]
+#: How a `Context` hands on a finding: (node, rule id, message, fixable,
+#: severity or "" for the rule's).
+Report = Callable[[ast.AST, str, str, bool, str], None]
 
 
 class Context:
@@ -296,24 +320,47 @@ class Context:
         unprovided: `unprovided_aliases` of the file.
         notes: Per-rule state for the file: `notes[rule.id]` is a dict.
         route: The route (`ROUTES`) the code base is on.
+        fixes: Whether `--fix` rewrites the file (a notebook it does not):
+            if not, no finding is fixable.
     """
 
     def __init__(self, tree: ast.Module, report: Report,
-                 route: str = ROUTES[0]) -> None:
-        nodes = list(ast.walk(tree))  # Walked once, for all three.
+                 route: str = ROUTES[0],
+                 line_name: Callable[[int], str] | None = None,
+                 source: str | None = None, fixes: bool = True) -> None:
+        nodes = list(statements(tree))  # Imports and classes are statements.
         names = imported_names(tree, nodes)
         self.tree = tree
         self.names = dict(names)
         self.classes = {node.name: node for node in nodes
                         if isinstance(node, ast.ClassDef)}
-        self.unprovided = unprovided_aliases(tree, names, nodes)
+        self.unprovided = unprovided_aliases(tree, names) if any(
+            base in legacy_names.LEGACY_MODULES for base in names.values()
+        ) else set()
         self.notes: collections.defaultdict[str, dict[str, Any]] = (
             collections.defaultdict(dict))
         self.route = route
+        self.fixes = fixes
         self._report = report
+        self._line_name = line_name
+        self._source = source
+
+    def mentions(self, *words: str) -> bool:
+        """Whether the file's text holds any of `words` (True for none, or
+        where the text is not known): `Rule.mentions`' test."""
+        if self._source is None or not words:
+            return True
+        return any(word in self._source for word in words)
+
+    def line(self, number: int) -> str:
+        """How a message names line `number` of the file: "line 5", or in
+        a notebook "line 2 of cell 1"."""
+        if self._line_name is None:
+            return f"line {number}"
+        return self._line_name(number)
 
     def report(self, node: ast.AST, rule_id: str, message: str,
-               fixable: bool | None = None) -> None:
+               fixable: bool | None = None, severity: str = "") -> None:
         """Reports a finding of rule `rule_id` at `node`.
 
         Args:
@@ -322,10 +369,13 @@ class Context:
             message: What was found and what to do.
             fixable: Whether `--fix` rewrites it; default: whether the rule
                 has a fix.
+            severity: This finding's (one of `SEVERITIES`), where it is not
+                the rule's.
         """
         if fixable is None:
             fixable = RULES[rule_id].fixes
-        self._report(node, rule_id, message, fixable)
+        self._report(node, rule_id, message, fixable and self.fixes,
+                     severity)
 
     def resolve(self, node: ast.AST) -> tuple[str, str] | None:
         """`dotted(node, self.names)`."""

@@ -8,6 +8,8 @@ the line after it, which `tf-lso check` must report
 
 import tensorflow as tf
 import wandb
+from gradient_accumulator import agc
+from mylib import clipping
 
 
 # rwth-i6/returnn PR #1595: the global norm clip ran on the scaled
@@ -92,5 +94,89 @@ def logged_gradients_step(model, opt, x, y, step):
         tf.summary.histogram(var.name, grad, step=step)
     # finds: clip-before-unscale
     wandb.log({"grad_norm": tf.linalg.global_norm(grads)})
+    opt.apply_gradients(zip(opt.get_unscaled_gradients(grads),
+                            model.trainable_variables))
+
+
+# Issue 60's shapes, as real code writes them.
+
+# andreped/GradientAccumulator issue #19: the loss is scaled under a flag,
+# adaptive gradient clipping (a function of another module) runs on the
+# scaled gradients, and the unscale comes after, under the same flag.
+class GAModelWrapper(tf.keras.Model):
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compiled_loss(y, y_pred)
+            if self.mixed_precision:
+                loss = self.optimizer.get_scaled_loss(loss)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        if self.use_agc:
+            # finds: clip-before-unscale
+            gradients = agc.adaptive_clip_grad(
+                self.trainable_variables, gradients,
+                clip_factor=self.clip_factor, eps=self.eps)
+        if self.mixed_precision:
+            gradients = self.optimizer.get_unscaled_gradients(gradients)
+        self.optimizer.apply_gradients(
+            zip(gradients, self.trainable_variables))
+
+
+# The same with a conditional expression.
+def ternary_step(model, opt, x, y, fp16, step):
+    with tf.GradientTape() as tape:
+        loss = model.loss(x, y)
+        scaled_loss = opt.get_scaled_loss(loss) if fp16 else loss
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
+    # finds: clip-before-unscale
+    tf.summary.scalar("grad_norm", tf.linalg.global_norm(grads), step=step)
+    if fp16:
+        grads = opt.get_unscaled_gradients(grads)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+# A helper of the same file that clips its argument.
+def clip_gradients(grads, max_norm):
+    clipped, _ = tf.clip_by_global_norm(grads, max_norm)
+    return clipped
+
+
+def helper_clip_step(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        scaled_loss = opt.get_scaled_loss(model.loss(x, y))
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
+    # finds: clip-before-unscale
+    grads = clip_gradients(grads, 1.0)
+    grads = opt.get_unscaled_gradients(grads)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+# A method of the same class that returns the gradients of its (scaled)
+# argument, then an element-wise op, then the clip.
+class HelperTrainer:
+    def gradients(self, tape, loss):
+        return tape.gradient(loss, self.model.trainable_variables)
+
+    def step(self, x, y):
+        with tf.GradientTape() as tape:
+            scaled_loss = self.optimizer.get_scaled_loss(self.model.loss(x, y))
+        grads = self.gradients(tape, scaled_loss)
+        grads = [tf.where(tf.math.is_finite(g), g, tf.zeros_like(g))
+                 for g in grads]
+        # finds: clip-before-unscale
+        grads = [tf.clip_by_norm(g, 5.0) for g in grads]
+        grads = self.optimizer.get_unscaled_gradients(grads)
+        self.optimizer.apply_gradients(
+            zip(grads, self.model.trainable_variables))
+
+
+# A function of another module whose name says it clips.
+def named_clip_step(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        scaled_loss = opt.get_scaled_loss(model.loss(x, y))
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
+    # finds: clip-before-unscale
+    grads = clipping.clip_gradients_by_norm(grads, 1.0)
     opt.apply_gradients(zip(opt.get_unscaled_gradients(grads),
                             model.trainable_variables))

@@ -74,3 +74,110 @@ def only_if_mixed(model, opt, x, y, mixed):
     if mixed:
         grads = opt.get_unscaled_gradients(grads)
     opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+class FlaggedModel(tf.keras.Model):
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compiled_loss(y, self(x, training=True))
+            if self.mixed_precision:
+                loss = self.optimizer.get_scaled_loss(loss)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        if self.mixed_precision:
+            gradients = self.optimizer.get_unscaled_gradients(gradients)
+        self.optimizer.apply_gradients(
+            zip(gradients, self.trainable_variables))
+        return {}
+
+
+def compute_gradients(tape, loss, variables):
+    return tape.gradient(loss, variables)
+
+
+def helper_gradients_step(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        scaled_loss = opt.get_scaled_loss(model.loss(x, y))
+    grads = compute_gradients(tape, scaled_loss, model.trainable_variables)
+    grads = opt.get_unscaled_gradients(grads)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+def unscale(optimizer, grads):
+    return optimizer.get_unscaled_gradients(grads)
+
+
+def helper_unscaled_once(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        scaled_loss = opt.get_scaled_loss(model.loss(x, y))
+    grads = unscale(opt, tape.gradient(scaled_loss, model.trainable_variables))
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+class AliasTrainer:
+    def step(self, x, y):
+        opt = self.optimizer
+        with tf.GradientTape() as tape:
+            scaled_loss = opt.scale_loss(self.model.loss(x, y))
+        grads = tape.gradient(scaled_loss, self.model.trainable_variables)
+        self.optimizer.apply(grads, self.model.trainable_variables)
+
+
+def masked_unscaled_once(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        scaled_loss = opt.get_scaled_loss(model.loss(x, y))
+    grads = opt.get_unscaled_gradients(
+        tape.gradient(scaled_loss, model.trainable_variables))
+    grads = [tf.where(tf.math.is_finite(g), g, tf.zeros_like(g))
+             for g in grads]
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+def divided_by_hand_only(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        scaled_loss = opt.get_scaled_loss(model.loss(x, y))
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
+    grads = [g / opt.loss_scale for g in grads]
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+def minimize_scales(model, opt, x, y):
+    opt.minimize(lambda: model.loss(x, y), model.trainable_variables)
+
+
+def keras3_applied_scaled(model, opt, x, y):
+    with tf.GradientTape() as tape:
+        scaled_loss = opt.scale_loss(model.loss(x, y))
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
+    opt.apply(grads, model.trainable_variables)
+
+
+class AccumulatingModel(tf.keras.Model):
+    def __init__(self, accum_steps, **kwargs):
+        super().__init__(**kwargs)
+        self.accum_steps = accum_steps
+        self.step = tf.Variable(0, trainable=False)
+        self.accumulated = [tf.Variable(tf.zeros_like(v), trainable=False)
+                            for v in self.trainable_variables]
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compiled_loss(y, self(x, training=True))
+            scaled_loss = self.optimizer.get_scaled_loss(loss)
+        gradients = tape.gradient(scaled_loss, self.trainable_variables)
+        gradients = self.optimizer.get_unscaled_gradients(gradients)
+        for i in range(len(self.accumulated)):
+            self.accumulated[i].assign_add(
+                gradients[i] / tf.cast(self.accum_steps, tf.float32))
+        self.step.assign_add(1)
+        tf.cond(tf.equal(self.step, self.accum_steps),
+                self.apply_accumulated, lambda: None)
+        return {}
+
+    def apply_accumulated(self):
+        self.optimizer.apply_gradients(
+            zip(self.accumulated, self.trainable_variables))
+        self.step.assign(0)
+        for i in range(len(self.accumulated)):
+            self.accumulated[i].assign(tf.zeros_like(self.accumulated[i]))

@@ -3,7 +3,7 @@
 import ast
 
 from tf_lso_migration import rule
-from tf_lso_migration.rules import _mixed_precision as mp
+from tf_lso_migration.rules import _policies as mp
 
 # Loss scale optimizers (canonical names, tf_lso's for legacy ones) and
 # whether their loss scale is dynamic unless said otherwise.
@@ -40,6 +40,7 @@ class Bfloat16LossScale(rule.Rule):
 
     id, severity = "bfloat16-loss-scale", "warning"
     section = "Mixed-precision bugs"
+    mentions = ("mixed_bfloat16",)  # The policy, written out.
 
     def finish(self, context):
         policy = mp.file_policy(context, "mixed_bfloat16")
@@ -50,7 +51,7 @@ class Bfloat16LossScale(rule.Rule):
                     and mp.runs_under(context, node, policy)):
                 context.report(node, self.id, (
                     "A dynamic loss scale under the 'mixed_bfloat16' policy "
-                    f"set at line {policy.node.lineno}: bfloat16 has "
+                    f"set at {context.line(policy.node.lineno)}: bfloat16 has "
                     "float32's range and needs no loss scaling, which here "
                     "costs a finite check every step and can skip steps. "
                     "Train with the inner optimizer instead (and drop "

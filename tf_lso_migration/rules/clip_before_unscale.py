@@ -1,7 +1,7 @@
 """`clip-before-unscale`: gradients clipped, normed or logged while scaled."""
 
 from tf_lso_migration import rule
-from tf_lso_migration.rules import _mixed_precision as flow
+from tf_lso_migration.rules import _gradient_flow as flow
 
 
 @rule.register
@@ -24,10 +24,29 @@ class ClipBeforeUnscale(rule.Rule):
     inner optimizer (`global_clipnorm=`, `clipnorm=`), which clips unscaled
     gradients. Not reported: a clip norm that is itself multiplied by the
     loss scale, and a log call whose text says it logs a scaled value.
+
+    `scale_loss` is the identity on an optimizer that is not a loss scale
+    optimizer; a clip after it is reported all the same: code calls it to
+    support loss scaling, and under `mixed_float16` Keras's `compile` makes
+    the optimizer one. So is a copy of Keras 3's own `train_step` (`if
+    self.optimizer is not None: loss = self.optimizer.scale_loss(loss)`)
+    with a clip added, on that path.
+
+    A clip is `tf.clip_by_global_norm`, `clip_by_norm`, `clip_by_value`,
+    a call of another module whose name says it clips
+    (`agc.adaptive_clip_grad(vars, grads)`; not where it is also given the
+    optimizer, with which it may unscale first), or a function of the same
+    file that calls one (followed one call down). A loss scaled
+    under a condition (`if self.mixed_precision:`, `... if amp else loss`)
+    is followed on that condition's path, and the finding names it ("When
+    `self.mixed_precision` is true, ..."); where the unscale is under
+    another test, or the path cannot be followed, nothing is reported
+    (docs/migration.md lists what is not followed).
     """
 
     id, severity = "clip-before-unscale", "warning"
     section = "Mixed-precision bugs"
+    mentions = flow.MENTIONS
 
     def finish(self, context):
         for event in flow.gradient_events(context):
@@ -36,23 +55,32 @@ class ClipBeforeUnscale(rule.Rule):
 
 
 def _message(event):
+    return flow.on_path(event, _what(event) + _instead(event))
+
+
+def _what(event):
+    via = flow.inside(event)
     if event.what == "log":
         return (f"`{event.call}` logs gradients of a scaled loss (or their "
-                "norm) before they are unscaled: the value is the loss scale "
-                "(2**15 by default) times too large. Log what "
-                "`opt.get_unscaled_gradients(grads)` returns.")
-    done = "clips" if event.call.rpartition(".")[2].startswith(
-        "clip") else "takes the norm of"
-    text = (f"`{event.call}` {done} gradients of a scaled loss before they "
-            "are unscaled: they are the true gradients times the loss scale "
-            "(2**15 by default), so clipping them at 1.0 clips almost "
-            "every one. ")
+                f"norm){via} before they are unscaled: the value is the loss "
+                "scale (2**15 by default) times too large. ")
+    clipping = (f"clipping them {event.clip}" if event.clip
+                else "a clip meant for the true gradients")
+    return (f"`{event.call}` clips gradients of a scaled loss{via} before "
+            "they are unscaled: they are the true gradients times the loss "
+            f"scale (2**15 by default), so {clipping} clips almost every "
+            "one. ")
+
+
+def _instead(event):
+    if event.what == "log":
+        return "Log what `opt.get_unscaled_gradients(grads)` returns."
     if event.protocol == flow.KERAS3:
-        return text + ("After `scale_loss`, `apply` unscales inside: set the "
-                       "clipping on the inner optimizer (`global_clipnorm=`/"
-                       "`clipnorm=`), or with tf_lso's optimizer unscale "
-                       "first (`grads = opt.get_unscaled_gradients(grads)`), "
-                       "clip, then `opt.apply_gradients(zip(grads, vars))`.")
-    return text + ("Unscale first: `grads = opt.get_unscaled_gradients("
-                   "tape.gradient(scaled_loss, vars))`, then clip, then "
-                   "`opt.apply_gradients(zip(grads, vars))`.")
+        return ("After `scale_loss`, `apply` unscales inside: set the "
+                "clipping on the inner optimizer (`global_clipnorm=`/"
+                "`clipnorm=`), or with tf_lso's optimizer unscale first "
+                "(`grads = opt.get_unscaled_gradients(grads)`), clip, then "
+                "`opt.apply_gradients(zip(grads, vars))`.")
+    return ("Unscale first: `grads = opt.get_unscaled_gradients("
+            "tape.gradient(scaled_loss, vars))`, then clip, then "
+            "`opt.apply_gradients(zip(grads, vars))`.")

@@ -14,14 +14,21 @@ from tf_lso_migration import legacy_names
 from tf_lso_migration import rule
 
 EXPERIMENTAL_LSO = "tf_lso.experimental.LossScaleOptimizer"
+# TF 2.4's class, whose name is Keras 3's class on TensorFlow 2.16+: legacy
+# only where the file uses what Keras 3's class lacks.
+KERAS3_LSO = "tf.keras.mixed_precision.LossScaleOptimizer"
+# (Not `loss_scale`: configs and policies have one too.)
+_TF24_ATTRIBUTES = ("get_scaled_loss", "get_unscaled_gradients",
+                    "dynamic_counter")
+_TF24_KEYWORDS = ("dynamic", "loss_scale")
 
 
 @rule.register
 class LegacyName(rule.Rule):
     """a TF 2.1-2.4 mixed-precision name that TensorFlow 2.16+ no longer
-    has (or, for `tf.keras.mixed_precision.LossScaleOptimizer`, has with
-    Keras 3's different API); `--fix` rewrites it to tf_lso's where
-    tf_lso provides it
+    has (or, for `tf.keras.mixed_precision.LossScaleOptimizer` used with
+    TF 2.4's API, has with Keras 3's different one); `--fix` rewrites it to
+    tf_lso's where tf_lso provides it
 
     TF 2.1-2.3's `tf.keras.mixed_precision.experimental` module and the
     loss scale classes `tf.mixed_precision.experimental.*` and
@@ -36,14 +43,31 @@ class LegacyName(rule.Rule):
     script.py` runs the script unchanged with the names provided.
 
     A name tf_lso does not provide (`LossScaleGradientTape`) is not fixable:
-    replace it by hand. On the tf_keras route
-    `tf.keras.mixed_precision.LossScaleOptimizer` is not reported: there it
-    is tf_keras's own, TF 2.4's class.
+    replace it by hand. `tf.keras.mixed_precision.LossScaleOptimizer` (also
+    spelled `keras.mixed_precision.LossScaleOptimizer`) is Keras 3's class
+    on TensorFlow 2.16+, and `LossScaleOptimizer(opt, initial_scale=1024)`
+    is valid Keras 3 code: it is reported only where the file uses what
+    Keras 3's class lacks (`dynamic=`, `loss_scale=`, a bool or a string as
+    its second positional argument, `get_scaled_loss`,
+    `get_unscaled_gradients`, `dynamic_counter`; not inside an `if
+    hasattr(opt, 'get_scaled_loss'):`, code written for both classes), and
+    on the tf_keras route never (there it is tf_keras's own, TF 2.4's
+    class). A number there is Keras 3's `initial_scale`: not reported, and
+    where the file is reported otherwise, `--fix` leaves the name.
+
+    In a file that calls `tf_lso.install()`, the names it provides work as
+    written after that call (after it in the same function, or in any
+    function where the call is in the module's code): each is a note
+    (`info`) that says what it runs as. A name used before the call, or in
+    another function than the one that calls it, and TF's private modules
+    (which `install()` does not provide), stay errors.
     """
 
     id, severity = "legacy-name", "error"
     section = "Old call → new call"
     visits = (ast.Import, ast.ImportFrom, ast.Attribute, ast.Name)
+    # Every legacy name and module is in one of these modules.
+    mentions = ("experimental", "mixed_precision")
     fixes = True
 
     def visit(self, node, context):
@@ -51,7 +75,8 @@ class LegacyName(rule.Rule):
             for alias in node.names:
                 local = alias.asname or alias.name.split(".")[0]
                 self._import(node, legacy_names.canonical(alias.name),
-                             context, local if alias.asname else None)
+                             context, local if alias.asname else None,
+                             alias.name)
         elif isinstance(node, ast.ImportFrom):
             self._import_from(node, context)
         elif isinstance(node, ast.Attribute) or isinstance(node.ctx,
@@ -74,7 +99,52 @@ class LegacyName(rule.Rule):
             return True
         if legacy_names.is_legacy(base):
             return False  # Reported where the legacy base was imported.
-        context.report(node, self.id, _message(name, new, context.route))
+        return self._legacy(node, name, new, ast.unparse(node), context)
+
+    def _legacy(self, node, name, new, written, context, fixable=True,
+                note=""):
+        """Reports the legacy name `name` (spelled `written`) at `node`, as
+        the file uses it; True if it did."""
+        evidence = _tf24_evidence(context) if name == KERAS3_LSO else None
+        keras3_call = evidence and context.notes["legacy-name"]["keras3_call"]
+        if keras3_call:
+            fixable = False
+            note += (" `--fix` leaves it: the call at "
+                     f"{context.line(keras3_call[0].lineno)} passes Keras 3's "
+                     "`initial_scale` as its second positional argument, "
+                     "which would be TF 2.4's `dynamic`.")
+        install = _install(context)
+        installed = install is not None and legacy_names.installed(name)
+        after = installed and _runs_after(install, node, context)
+        if name == KERAS3_LSO and not evidence and not after:
+            return False  # Keras 3's class, as Keras 3 code uses it.
+        if after:
+            line = context.line(install.lineno)
+            if name == KERAS3_LSO and not evidence:
+                context.report(node, self.id, _under_install(written, line),
+                               fixable=False, severity="info")
+            else:
+                rewrite = ("`--fix` writes that name, so that the file runs"
+                           if context.fixes and fixable
+                           else "Written so, the file runs")
+                context.report(node, self.id, (
+                    f"`{name}` runs as `{new}` under `tf_lso.install()` "
+                    f"({line}). {rewrite} without `install()` too.{note}"),
+                    fixable=fixable, severity="info")
+            return True
+        message = _message(name, new, context.route)
+        if evidence:
+            message = (f"On TensorFlow 2.16+ `{written}` is Keras 3's class, "
+                       f"which {evidence}: TF 2.4's class is "
+                       "`tf_lso.LossScaleOptimizer`.")
+        if installed:
+            message += (" It runs before `tf_lso.install()` "
+                        f"({context.line(install.lineno)}), which provides "
+                        "it.")
+        elif install is not None:
+            message += (f" `tf_lso.install()` ({context.line(install.lineno)})"
+                        " does not provide TF's private modules.")
+        context.report(node, self.id, message + note, fixable=fixable)
         return True
 
     def _not_provided(self, node, name, context):
@@ -95,28 +165,140 @@ class LegacyName(rule.Rule):
                     self._not_provided(node, f"{module}.{alias.name}",
                                        context)
             if len(provided) == 1:
-                self._import(node, f"{module}.{provided[0].name}", context)
+                self._import(node, f"{module}.{provided[0].name}", context,
+                             written=f"{node.module}.{provided[0].name}")
             elif provided:
-                self._import(node, module, context)
+                self._import(node, module, context, written=node.module)
             return
         for alias in node.names:
             self._import(node, f"{module}.{alias.name}", context,
-                         alias.asname or alias.name)
+                         alias.asname or alias.name,
+                         written=f"{node.module}.{alias.name}")
 
-    def _import(self, node, name, context, local=None):
+    def _import(self, node, name, context, local=None, written=None):
         new = legacy_names.replacement(name)
         if new is None or not legacy_names.is_legacy_on(name, context.route):
             return
-        message = _message(name, new, context.route)
-        fixable = local not in context.unprovided
+        fixable, note = local not in context.unprovided, ""
         if not fixable:
-            message += (f" `--fix` leaves this import: names that tf_lso "
-                         f"does not provide are used through `{local}`.")
-        context.report(node, self.id, message, fixable=fixable)
+            note = (f" `--fix` leaves this import: names that tf_lso does "
+                    f"not provide are used through `{local}`.")
+        self._legacy(node, name, new, written or name, context, fixable, note)
 
     def fix(self, module, tree, cst, lines, route):
         """Rewrites the provided legacy names on `lines` (and their imports)."""
         return _fix_module(module, tree, cst, lines, route)
+
+
+def _tf24_evidence(context):
+    """Where the file uses what Keras 3's LossScaleOptimizer lacks and TF
+    2.4's has, as the end of a sentence about Keras 3's class ("has no
+    `get_scaled_loss` (line 30)"), or None; found once per file.
+
+    Not evidence: what an `if` that asks `hasattr(opt, "get_scaled_loss")`
+    holds (code written for both classes), and a second positional
+    argument other than a bool or a string (Keras 3's `initial_scale`, or
+    not sure). `notes["keras3_call"]`: the first call that passes one.
+    """
+    notes = context.notes["legacy-name"]
+    if "evidence" in notes:
+        return notes["evidence"]
+    found, keras3 = [], []
+    for node in _unguarded(context.tree):
+        if isinstance(node, ast.Attribute) and isinstance(
+                node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES:
+            found.append((node, f"has no `{node.attr}`"))
+        elif isinstance(node, ast.Call) and (
+                context.resolve(node.func) or ("",))[0] == KERAS3_LSO:
+            for keyword in node.keywords:
+                if keyword.arg in _TF24_KEYWORDS:
+                    found.append((node, f"takes no `{keyword.arg}=`"))
+            if len(node.args) < 2:
+                continue
+            if isinstance(node.args[1], ast.Constant) and isinstance(
+                    node.args[1].value, (bool, str)):
+                found.append((node, "takes `initial_scale` as its second "
+                                    "positional argument, not TF 2.4's "
+                                    "`dynamic`"))
+            else:
+                keras3.append(node)
+    first = _first(found)
+    notes["evidence"] = None if first is None else (
+        f"{first[1]} ({context.line(first[0].lineno)})")
+    notes["keras3_call"] = _first((node, "") for node in keras3)
+    return notes["evidence"]
+
+
+def _first(found):
+    return min(found, key=lambda f: (f[0].lineno, f[0].col_offset),
+               default=None)
+
+
+def _unguarded(tree):
+    """The nodes of `tree`, less what an `if` that asks `hasattr(x,
+    "<a TF 2.4 method>")` holds (and the test)."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.If, ast.IfExp)) and any(
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "hasattr" and len(call.args) == 2
+                and isinstance(call.args[1], ast.Constant)
+                and call.args[1].value in _TF24_ATTRIBUTES
+                for call in ast.walk(node.test)):
+            continue
+        yield node
+        pending.extend(ast.iter_child_nodes(node))
+
+
+def _install(context):
+    """The first `tf_lso.install()` call of the file, or None; found once."""
+    notes = context.notes["legacy-name"]
+    if "install" not in notes:
+        notes["install"] = min(
+            (node for node in ast.walk(context.tree)
+             if isinstance(node, ast.Call)
+             and (context.resolve(node.func) or ("",))[0] == "tf_lso.install"),
+            key=lambda node: (node.lineno, node.col_offset), default=None)
+    return notes["install"]
+
+
+def _runs_after(install, node, context):
+    """Whether `node` runs after the `install` call: after it in the same
+    function (or the module's code), or in any function where the call is
+    in the module's code (functions run later)."""
+    scopes = _scopes(context)
+    where, tree = scopes[id(install)], context.tree
+    if where is tree and scopes[id(node)] is not tree:
+        return True
+    return scopes[id(node)] is where and (
+        (install.lineno, install.col_offset) < (node.lineno, node.col_offset))
+
+
+def _scopes(context):
+    """id(node) -> the function (or lambda) it is in, or the module; found
+    once per file."""
+    notes = context.notes["legacy-name"]
+    if "scopes" not in notes:
+        scopes, pending = {}, [(context.tree, context.tree)]
+        while pending:
+            node, scope = pending.pop()
+            scopes[id(node)] = scope
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.Lambda)):
+                scope = node
+            pending.extend((child, scope)
+                           for child in ast.iter_child_nodes(node))
+        notes["scopes"] = scopes
+    return notes["scopes"]
+
+
+def _under_install(written, line):
+    return (f"Under `tf_lso.install()` ({line}) `{written}` is "
+            "`tf_lso.LossScaleOptimizer`, TF 2.4's class, not Keras 3's: its "
+            "second positional argument is `dynamic`, and `iterations` counts "
+            "the steps it skips. `keras.optimizers.LossScaleOptimizer` stays "
+            "Keras 3's.")
 
 
 def _message(name, new, route):
@@ -157,6 +339,15 @@ def _moved_alias(alias, new, cst, keep_comma):
     if not keep_comma:
         changes["comma"] = cst.MaybeSentinel.DEFAULT
     return parent, alias.with_changes(**changes)
+
+
+def _import_line(parent, aliases, cst):
+    """`from parent import aliases`; `import aliases` for a top-level
+    module (`parent` empty: TF 2.4's private module is `tf_lso`)."""
+    if not parent:
+        return cst.SimpleStatementLine(body=[cst.Import(names=aliases)])
+    return cst.SimpleStatementLine(body=[cst.ImportFrom(
+        module=cst.parse_expression(parent), names=aliases)])
 
 
 def _transformer(cst, names, unprovided, lines, route):
@@ -268,7 +459,7 @@ def _transformer(cst, names, unprovided, lines, route):
                         (alias, new))
             if not moved:
                 return line
-            if not kept and len(moved) == 1:
+            if not kept and len(moved) == 1 and "" not in moved:
                 # One new module for every name: only the names change, so
                 # parentheses, commas and comments stay as they were.
                 [(parent, pairs)] = moved.items()
@@ -277,10 +468,9 @@ def _transformer(cst, names, unprovided, lines, route):
                     names=[_moved_alias(alias, new, cst, keep_comma=True)[1]
                            for alias, new in pairs])])
             new_lines = [
-                cst.SimpleStatementLine(body=[cst.ImportFrom(
-                    module=cst.parse_expression(parent),
-                    names=[_moved_alias(alias, new, cst, keep_comma=False)[1]
-                           for alias, new in pairs])])
+                _import_line(parent, [
+                    _moved_alias(alias, new, cst, keep_comma=False)[1]
+                    for alias, new in pairs], cst)
                 for parent, pairs in moved.items()
             ]
             if kept:

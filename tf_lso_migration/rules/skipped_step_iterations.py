@@ -30,6 +30,7 @@ class SkippedStepIterations(rule.Rule):
     id, severity = "skipped-step-iterations", "warning"
     section = "Differences from TF 2.1–2.3 (experimental class)"
     visits = (ast.Attribute, ast.Name)
+    mentions = ("LossScaleOptimizer",)  # The class, under any name.
 
     def visit(self, node, context):
         notes = context.notes[self.id]

@@ -51,6 +51,7 @@ class VariableNameSuffix(rule.Rule):
     routes = ("keras3",)
     section = "Other things you will hit"
     visits = (ast.Call, ast.Compare)
+    mentions = (":0",)
 
     def visit(self, node, context):
         if isinstance(node, ast.Compare):
