@@ -300,57 +300,84 @@ class TfKerasInnerTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(float(var), 3.0)
 
 
-def _clipping(kind):
+def _clipping(kind, with_kwargs=True):
     """TensorSpeech/TensorFlowTTS's AdamWeightDecay, as SGD of `kind`: its
-    `apply_gradients` takes a clip norm where TF's takes `name`."""
+    `apply_gradients` takes a clip norm where TF's takes `name` (with
+    `**kwargs`, as later versions; without, as its first)."""
+    base = type(inner_kinds.sgd(kind))
 
-    class ClippingSGD(type(inner_kinds.sgd(kind))):
+    class ClippingSGD(base):
         def apply_gradients(self, grads_and_vars, clip_norm=0.5, **kwargs):
             grads, variables = zip(*grads_and_vars)
             grads, _ = tf.clip_by_global_norm(grads, clip_norm)
             return super().apply_gradients(zip(grads, variables), **kwargs)
 
-    return ClippingSGD(1.0)
+    class FirstClippingSGD(base):
+        def apply_gradients(self, grads_and_vars, clip_norm=0.5, name=None):
+            grads, variables = zip(*grads_and_vars)
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+            return super().apply_gradients(zip(grads, variables))
+
+    return (ClippingSGD if with_kwargs else FirstClippingSGD)(1.0)
 
 
 class NameArgumentTest(tf.test.TestCase, parameterized.TestCase):
     """TF 2.2-2.4 passed `apply_gradients`' `name` to the inner optimizer's
-    as its second positional argument (issue 59)."""
+    as its second positional argument, and each replica's gradients
+    (issue 59)."""
+
+    # After each step: the variable, from 5.0. Each replica's gradient is
+    # 2.0 / replicas; TF 2.4 clipped each replica's gradient, then summed.
+    EXPECTED = {"default": [4.0, 3.5, 3.25], "mirrored": [3.0, 2.0, 1.5]}
+
+    # (strategy, use_tf_function, the override takes **kwargs)
+    PLACES = [("default", False, True), ("default", True, True),
+              ("mirrored", True, True), ("default", True, False),
+              ("mirrored", False, False)]
 
     @parameterized.product(kind=inner_kinds.NAMES, cls=["v1", "v2"],
-                           strategy=["default", "mirrored"],
-                           use_tf_function=[False, True])
-    def test_a_subclass_gets_it_in_the_place_of_name(self, kind, cls, strategy,
-                                                     use_tf_function):
+                           place=PLACES)
+    def test_a_subclass_gets_it_in_the_place_of_name(self, kind, cls,
+                                                     place):
+        strategy, use_tf_function, with_kwargs = place
+        expected = self.EXPECTED[strategy]
         strategy = test_util.STRATEGIES[strategy]()
+        replicas = strategy.num_replicas_in_sync
         with strategy.scope():
             var = tf.Variable(5.0)
-            inner = _clipping(kind)
-            opt = (tf_lso.experimental.LossScaleOptimizer(inner, 4) if
+            inner = _clipping(kind, with_kwargs)
+            opt = (tf_lso.experimental.LossScaleOptimizer(
+                inner, tf_lso.experimental.DynamicLossScale(4.0)) if
                    cls == "v1" else
                    tf_lso.LossScaleOptimizer(inner, initial_scale=4))
 
-        def step(clip_norm, minimize):
+        def step(clip_norm, minimize, bad=False):
             def replica_step():
                 if minimize:
                     return opt.minimize(lambda: var * 2.0, [var],
                                         name=clip_norm)
-                # Each replica's gradient is 2.0: summed, 2.0 per replica.
-                grads = [tf.constant(2.0 / strategy.num_replicas_in_sync)]
+                grad = 2.0 / strategy.num_replicas_in_sync
+                last = test_util.replica_id() == replicas - 1
+                grads = [tf.where(bad & last, float("nan"), grad)]
                 return opt.apply_gradients(zip(grads, [var]), clip_norm)
 
             return strategy.run(replica_step)
 
         step = test_util.maybe_function(step, use_tf_function)
-        step(1.0, False)  # The summed gradient 2.0, clipped at 1.0.
+        step(1.0, False)  # Clipped at 1.0.
         self.assertEqual(test_util.local_values(strategy, var),
-                         [4.0] * strategy.num_replicas_in_sync)
+                         [expected[0]] * replicas)
         step(None, False)  # No name: the override's default, 0.5.
         self.assertEqual(test_util.local_values(strategy, var),
-                         [3.5] * strategy.num_replicas_in_sync)
+                         [expected[1]] * replicas)
         step(0.25, True)  # `minimize(..., name=...)` passes it on too.
         self.assertAllClose(test_util.local_values(strategy, var),
-                            [3.25] * strategy.num_replicas_in_sync)
+                            [expected[2]] * replicas)
+        # A NaN on one replica skips the step on every replica.
+        step(1.0, False, bad=True)
+        self.assertAllClose(test_util.local_values(strategy, var),
+                            [expected[2]] * replicas)
+        self.assertEqual(test_util.num(opt.skipped_steps), 1)
 
     @parameterized.product(kind=inner_kinds.NAMES,
                            use_tf_function=[False, True])
@@ -364,6 +391,26 @@ class NameArgumentTest(tf.test.TestCase, parameterized.TestCase):
             lambda: opt.apply_gradients([(tf.constant(1.0), var)], "step"),
             use_tf_function)()
         self.assertEqual(float(var), 4.0)
+
+    @parameterized.product(kind=inner_kinds.NAMES,
+                           use_tf_function=[False, True])
+    def test_an_override_that_passes_its_arguments_on(self, kind,
+                                                      use_tf_function):
+        # A Horovod-style wrapper: `apply_gradients(self, *args, **kwargs)`
+        # passes them to its base, which takes a name only on tf_keras.
+        class Passthrough(type(inner_kinds.sgd(kind))):
+            def apply_gradients(self, *args, **kwargs):
+                self.arguments = args[1:]
+                return super().apply_gradients(*args, **kwargs)
+
+        var = tf.Variable(5.0)
+        opt = tf_lso.LossScaleOptimizer(Passthrough(1.0), initial_scale=4)
+        test_util.maybe_function(
+            lambda: opt.minimize(lambda: var * 1.0, [var], name="train"),
+            use_tf_function)()
+        self.assertEqual(float(var), 4.0)
+        self.assertEqual(opt.inner_optimizer.arguments,
+                         () if kind == "keras" else ("train",))
 
 
 class ToyOptimizer(tf.Module):

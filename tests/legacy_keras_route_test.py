@@ -946,30 +946,41 @@ def test_a_wrapper_made_outside_the_scope_updates_its_state_once(
                       (32768.0, 0, 4, 1, [-0.5, 0.5])]
 
 
-@pytest.mark.parametrize("use_tf_function", [False, True])
+@pytest.mark.parametrize("place", ["eager", "tf_function", "mirrored"])
 @pytest.mark.parametrize("legacy", [False, True])
 @pytest.mark.parametrize("experimental", [True, False])
 def test_apply_gradients_passes_its_name_in_the_place_of_name(
-        experimental, legacy, use_tf_function):
+        experimental, legacy, place):
     # TensorFlowTTS's AdamWeightDecay takes a clip norm where tf.keras's
-    # apply_gradients takes `name`; TF 2.4 passed `name` there.
+    # apply_gradients takes `name`; TF 2.4 passed `name` there, with each
+    # replica's gradients (clipped, then summed by its super()).
     class ClippingSGD(type(_inner_sgd(legacy))):
-        def apply_gradients(self, grads_and_vars, clip_norm=0.5, **kwargs):
+        def apply_gradients(self, grads_and_vars, clip_norm=0.5, name=None):
             grads, variables = zip(*grads_and_vars)
             grads, _ = tf.clip_by_global_norm(grads, clip_norm)
-            return super().apply_gradients(zip(grads, variables), **kwargs)
+            return super().apply_gradients(zip(grads, variables))
 
-    inner = ClippingSGD(1.0)
-    opt = (tf_lso.experimental.LossScaleOptimizer(inner, 4) if experimental
-           else tf_lso.LossScaleOptimizer(inner, initial_scale=4))
-    var = tf.Variable(5.0)
+    strategy = test_util.STRATEGIES[
+        "mirrored" if place == "mirrored" else "default"]()
+    replicas = strategy.num_replicas_in_sync
+    with strategy.scope():
+        var = tf.Variable(5.0)
+        inner = ClippingSGD(1.0)
+        opt = (tf_lso.experimental.LossScaleOptimizer(inner, "dynamic")
+               if experimental else
+               tf_lso.LossScaleOptimizer(inner, initial_scale=4))
+    # Each replica's gradient is 2.0 / replicas.
     step = test_util.maybe_function(
-        lambda clip: opt.apply_gradients([(tf.constant(2.0), var)], clip),
-        use_tf_function)
+        lambda clip: strategy.run(lambda: opt.apply_gradients(
+            [(tf.constant(2.0 / replicas), var)], clip)),
+        place != "eager")
     step(1.0)
-    assert float(var) == 4.0
-    step(None)  # No name: the override's default.
-    assert float(var) == 3.5
+    assert test_util.local_values(strategy, var) == [
+        5.0 - min(1.0, 2.0 / replicas) * replicas] * replicas
+    step(None)  # No name: the override's default, 0.5.
+    assert test_util.local_values(strategy, var) == [
+        5.0 - min(1.0, 2.0 / replicas) * replicas - 0.5 * replicas
+    ] * replicas
 
 
 @pytest.mark.parametrize("experimental, legacy, place", [

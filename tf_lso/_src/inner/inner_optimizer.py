@@ -134,6 +134,16 @@ class InnerOptimizer(abc.ABC):
 
     # -- Defaults ------------------------------------------------------------
 
+    def overrides_apply_gradients(self) -> bool:
+        """Whether the optimizer's `apply_gradients` is a subclass's own.
+
+        TF 2.4 gave such an override each replica's gradients (it sums them
+        itself, in its `super().apply_gradients`, after whatever it does
+        to them first, such as clipping): the step then does not sum them
+        before the apply. By default (a kind that says nothing) False.
+        """
+        return False
+
     def check_graph(self) -> None:
         """Raises RuntimeError where the optimizer cannot run a step.
 
@@ -327,18 +337,19 @@ def aggregated_by(
 
 
 def name_argument(apply_gradients: typing.Callable[..., typing.Any],
-                  name: typing.Any, keywords: tuple[str, ...] = ()
-                  ) -> tuple[typing.Any, ...]:
+                  name: typing.Any, *, base_takes_name: bool,
+                  keywords: tuple[str, ...] = ()) -> tuple[typing.Any, ...]:
     """The positional arguments after the gradients that carry `name`.
 
     TF 2.2 to 2.4 passed the loss scale optimizer's `name` to the inner
     optimizer's `apply_gradients` as its second positional argument, and a
     subclass may give that place another meaning (TensorFlowTTS's
     `AdamWeightDecay` takes a clip norm there). So `name` goes there where
-    `apply_gradients` (a bound method) takes a second positional argument.
-    Keras 3's own takes no name: there `name` is dropped, as it is where
-    the second place is one of the `keywords` the caller passes by name. A
-    None name is not passed, so that an override's default applies.
+    `apply_gradients` (a bound method) has a second positional parameter
+    that is not one of the `keywords` the caller passes by name. An
+    override that takes `*args` passes them on to its base: `name` goes
+    there if the base takes one (`base_takes_name`; Keras 3's takes none).
+    A None name is not passed, so that an override's default applies.
     """
     if name is None:
         return ()
@@ -347,8 +358,10 @@ def name_argument(apply_gradients: typing.Callable[..., typing.Any],
     except (TypeError, ValueError):  # A builtin: pass it as TF 2.4 did.
         return (name,)
     positional = [p for p in parameters if p.kind in (
-        p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-        and p.name not in keywords]
-    takes_it = len(positional) > 1 or any(
-        p.kind == p.VAR_POSITIONAL for p in positional)
-    return (name,) if takes_it else ()
+        p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in keywords]
+    if len(positional) > 1:
+        return (name,)
+    if base_takes_name and any(p.kind == p.VAR_POSITIONAL
+                               for p in parameters):
+        return (name,)
+    return ()

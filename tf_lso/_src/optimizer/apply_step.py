@@ -9,7 +9,8 @@ of gradients (the optimizer only says whether they are still scaled):
     3. pack      small gradients stacked (`packing.Packed`), unscaled if the
                  loss went through `scale_loss`
     4. sum       over replicas, as the inner optimizer would (its aggregator),
-                 so that the check sees what is applied
+                 so that the check sees what is applied; an optimizer that
+                 overrides `apply_gradients` sums itself, as in TF 2.4
     5. check     one finite check on the stacks, one scalar all-reduce
                  (`replicas.all_finite`); with gradient accumulation on the
                  window's sums so far
@@ -150,7 +151,8 @@ class ApplyStep(tf.Module):
         Args:
             grads: The gradients, unscaled unless `scaled`.
             var_list: Their variables, in the same order.
-            name: Passed to tf_keras inner optimizers.
+            name: Passed to the inner optimizer's `apply_gradients` (see
+                `inner_optimizer.name_argument`).
             aggregate: Whether the gradients still need summing over
                 replicas.
             scaled: Whether the gradients are still multiplied by the loss
@@ -176,8 +178,9 @@ class ApplyStep(tf.Module):
         # 3. Pack.
         packed = self._pack(grads, var_list, scaled, unpacked_from)
         # 4. Sum over replicas, as the inner optimizer's apply would; the
-        # kind says whether its apply must still sum.
-        if aggregate:
+        # kind says whether its apply must still sum. A subclass's own
+        # apply_gradients gets each replica's gradients, as in TF 2.4.
+        if aggregate and not self._inner.overrides_apply_gradients():
             packed, aggregate = self._inner.aggregated(packed, var_list)
         # Read before the update (the overflow record wants the scale a
         # skipped step was taken with); in a tf.compat.v1 graph, nothing

@@ -510,7 +510,9 @@ class LossScaleOptimizer(
 
         Args:
             grads_and_vars: Pairs of (unscaled gradient, variable).
-            name: Optional name passed to tf_keras inner optimizers.
+            name: Passed to the inner optimizer's `apply_gradients` as its
+                second positional argument, as TF 2.2-2.4 did, where that
+                method takes one (Keras 3's takes none).
             experimental_aggregate_gradients: Whether the inner optimizer sums
                 gradients across replicas (pass False after your own
                 all-reduce).

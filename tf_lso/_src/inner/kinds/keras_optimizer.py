@@ -59,6 +59,10 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         # TF 2.4 clipped the sum, and so does this (one all-reduce for all).
         return replicas.all_reduced(packed), False
 
+    def overrides_apply_gradients(self) -> bool:
+        return type(self.optimizer).apply_gradients is not (
+            keras.optimizers.Optimizer.apply_gradients)
+
     def build(self, var_list: list) -> None:
         if tf.distribute.has_strategy():
             # One constructed outside `strategy.scope()` (TF 2.4 allowed it).
@@ -94,7 +98,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
               aggregate: bool) -> typing.Any:
         # Keras 3's own apply_gradients takes no name; a subclass's may.
         arguments = inner_optimizer.name_argument(
-            self.optimizer.apply_gradients, name)
+            self.optimizer.apply_gradients, name, base_takes_name=False)
         if not compat.keras_uses_ema(self.optimizer):
             return self._apply(grads_and_vars, aggregate, arguments)
         return self._apply_with_moving_averages(grads_and_vars, aggregate,

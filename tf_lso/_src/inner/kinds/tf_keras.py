@@ -193,6 +193,22 @@ def _with_keras_custom_objects(config: dict,
     return custom_objects
 
 
+def _apply_gradients(optimizer: typing.Any, grads_and_vars: list,
+                     name: str | None, flag: str, value: bool,
+                     default: bool) -> typing.Any:
+    """`optimizer.apply_gradients` with `name` (see
+    `inner_optimizer.name_argument`) and its aggregation `flag` set to
+    `value`, passed only when it is not the `default`: an override need not
+    take the flag (TensorFlowTTS's `AdamWeightDecay` does not)."""
+    apply_gradients = optimizer.apply_gradients
+    return apply_gradients(
+        grads_and_vars,
+        *inner_optimizer.name_argument(apply_gradients, name,
+                                       base_takes_name=True,
+                                       keywords=(flag,)),
+        **({} if value == default else {flag: value}))
+
+
 def _tf_keras_optimizers() -> typing.Any:
     tf_keras = compat.tf_keras_module()
     return None if tf_keras is None else tf_keras.optimizers
@@ -230,14 +246,16 @@ class TfKerasInner(TfKerasKind):
         return inner_optimizer.aggregated_by(
             self.optimizer.aggregate_gradients, packed, var_list), False
 
+    def overrides_apply_gradients(self) -> bool:
+        optimizers = _tf_keras_optimizers()
+        return type(self.optimizer).apply_gradients is not (
+            optimizers.Optimizer.apply_gradients)
+
     def apply(self, grads_and_vars: list, name: str | None,
               aggregate: bool) -> typing.Any:
-        apply_gradients = self.optimizer.apply_gradients
-        return apply_gradients(
-            grads_and_vars,
-            *inner_optimizer.name_argument(
-                apply_gradients, name, ("skip_gradients_aggregation",)),
-            skip_gradients_aggregation=not aggregate)
+        return _apply_gradients(self.optimizer, grads_and_vars, name,
+                                "skip_gradients_aggregation", not aggregate,
+                                default=False)
 
 
 class TfKerasLegacyInner(TfKerasKind):
@@ -296,14 +314,16 @@ class TfKerasLegacyInner(TfKerasKind):
                                                             pairs),
             packed, var_list), False
 
+    def overrides_apply_gradients(self) -> bool:
+        optimizers = _tf_keras_optimizers()
+        return type(self.optimizer).apply_gradients is not (
+            optimizers.legacy.Optimizer.apply_gradients)
+
     def apply(self, grads_and_vars: list, name: str | None,
               aggregate: bool) -> typing.Any:
-        apply_gradients = self.optimizer.apply_gradients
-        return apply_gradients(
-            grads_and_vars,
-            *inner_optimizer.name_argument(
-                apply_gradients, name, ("experimental_aggregate_gradients",)),
-            experimental_aggregate_gradients=aggregate)
+        return _apply_gradients(self.optimizer, grads_and_vars, name,
+                                "experimental_aggregate_gradients", aggregate,
+                                default=True)
 
     def variables(self) -> list[typing.Any]:
         return list(self.optimizer.variables())
