@@ -569,6 +569,43 @@ class ProtocolsTest(tf.test.TestCase, parameterized.TestCase):
         run(step)
         self.assertEqual(_applied(strategy, var), 1.0)
 
+    @parameterized.product(cls=["v1", "v2"], use_tf_function=[False, True])
+    def test_a_loss_scaled_in_a_nested_function(self, cls, use_tf_function):
+        # Its output is a new tensor, and once traced nothing shows that it
+        # scales: minimize would scale it again (TF 2.4 did, silently).
+        var, opt, _, _ = _mixed(cls, "eager")
+
+        @tf.function
+        def scaled_loss():
+            return opt.get_scaled_loss(var * 2.0)
+
+        minimize = test_util.maybe_function(
+            lambda: opt.minimize(scaled_loss, [var]), use_tf_function)
+        with self.assertRaisesRegex(ValueError, "inside a tf.function of its "
+                                    "own.*return the unscaled loss"):
+            minimize()
+        self.assertEqual(float(var), 1.0)
+
+    @parameterized.product(cls=["v1", "v2"], use_tf_function=[False, True])
+    def test_a_loss_function_that_scales_only_to_log(self, cls,
+                                                     use_tf_function):
+        var, opt, _, _ = _mixed(cls, "eager")
+        logged = []
+
+        def loss_fn():
+            loss = var * 2.0
+            logged.append(opt.get_scaled_loss(loss))
+            return loss
+
+        @tf.function
+        def nested_loss():
+            return var * 2.0
+
+        for loss in (loss_fn, nested_loss):
+            test_util.maybe_function(lambda loss=loss: opt.minimize(
+                loss, [var]), use_tf_function)()
+        self.assertEqual(float(var), 0.0)  # Two steps of the true gradient.
+
     @test_util.EAGER_AND_FUNCTION
     def test_minimize_of_a_scaled_loss(self, use_tf_function):
         # The case: minimize scales the loss again; TF 2.4 moved

@@ -639,7 +639,11 @@ class LossScaleOptimizer(
                         v.value if isinstance(v, keras.Variable) else v
                         for v in tf.nest.flatten(var_list)
                     ])
+                seen = self._seen_losses.last()
                 loss = loss()
+                if (self._seen_losses.scaled_in_another_graph_since(seen)
+                        and loss not in self._scaled_losses):
+                    raise _scaled_in_a_nested_function()
             scaled_loss = self.get_scaled_loss(loss)
         if callable(var_list):
             var_list = var_list()
@@ -724,6 +728,24 @@ class LossScaleOptimizer(
         # Keywords, so that a subclass whose __init__ takes **kwargs and
         # forwards them (as Horovod-style wrappers do) round-trips.
         return cls(inner_optimizer=inner_optimizer, **config)
+
+
+def _scaled_in_a_nested_function() -> ValueError:
+    """The error for a `minimize` loss function that scaled its loss in a
+    `tf.function` of its own.
+
+    A loss the optimizer scaled is not scaled again, but a nested function's
+    output is a new tensor: it cannot be told apart from an unscaled loss,
+    and once the function is traced, nothing shows that it scales. TF 2.4
+    scaled such a loss twice, silently.
+    """
+    return ValueError(
+        "minimize()'s loss function scaled its loss (get_scaled_loss or "
+        "scale_loss) inside a tf.function of its own, so the loss it returns "
+        "cannot be told apart from an unscaled one, and minimize would scale "
+        "it again (TF 2.4 did, silently: steps the loss scale times too "
+        "large). minimize scales the loss itself: return the unscaled loss "
+        "from the function.")
 
 
 def _float_tensor(loss: Any) -> tf.Tensor:

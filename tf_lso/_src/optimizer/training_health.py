@@ -513,6 +513,18 @@ class SeenLosses:
             entry.unscaled = True
         self.unscaling()
 
+    def last(self) -> _Seen | None:
+        """What was seen last in this thread (in any graph), or None."""
+        return self._entries.get(threading.get_ident())
+
+    def scaled_in_another_graph_since(self, seen: _Seen | None) -> bool:
+        """Whether a loss was scaled in this thread since `last()` was
+        `seen`, in another graph than the current one (a nested
+        `tf.function`'s)."""
+        entry = self.last()
+        return entry is not seen and entry is not None and (
+            entry.graph is not self._graph())
+
     def unscaled_since_scaled(self) -> bool:
         """Whether `get_unscaled_gradients` was called since the loss seen
         last in this thread (in any graph) was scaled."""
