@@ -368,7 +368,6 @@ def _transformer(cst, names, unprovided, lines, route):
             super().__init__()
             self.replace = {}
             self.needs_tf_lso = False
-            self.has_tf_lso = False
             # Local names whose rewritten uses need `import tf_lso`.
             self.heads = set()
 
@@ -421,8 +420,6 @@ def _transformer(cst, names, unprovided, lines, route):
             aliases = []
             for alias in statement.names:
                 name = _dotted(alias.name, cst)
-                if name == "tf_lso":
-                    self.has_tf_lso = True
                 new = self._new(original, legacy_names.canonical(name))
                 local = None if alias.asname is None else (
                     alias.asname.name.value)
@@ -432,7 +429,6 @@ def _transformer(cst, names, unprovided, lines, route):
                     # `import tensorflow.keras...experimental` binds
                     # `tensorflow`; keep that, and bind `tf_lso` for the
                     # rewritten uses.
-                    self.has_tf_lso = True
                     aliases.append(alias.with_changes(
                         name=cst.Name(name.split(".")[0]),
                         comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
@@ -518,7 +514,9 @@ def _add_import(module, heads, cst):
     Right after the first top-level statement that imports one of `heads`
     (the names the rewritten references start with): every use of those
     comes after it. If they are imported only inside functions, after the
-    last top-level import (or the docstring).
+    last top-level import (or the docstring). Not where a top-level `import
+    tf_lso` comes before that place: an import inside a function, or under
+    another name, binds no module-level `tf_lso`.
     """
     body = list(module.body)
     position = next((index + 1 for index, statement in enumerate(body)
@@ -533,6 +531,9 @@ def _add_import(module, heads, cst):
                     statement.body[0], cst.Expr) and isinstance(
                     statement.body[0].value, cst.SimpleString):
                 position = 1  # After the module docstring.
+    if any(_is_import(statement, cst) and _binds(statement, {"tf_lso"}, cst)
+           for statement in body[:position]):
+        return module
     body.insert(position, cst.parse_statement("import tf_lso\n"))
     return module.with_changes(body=body)
 
@@ -544,6 +545,6 @@ def _fix_module(module, tree, cst, lines, route):
                                lines, route)
     module = cst.metadata.MetadataWrapper(
         module, unsafe_skip_copy=True).visit(transformer)
-    if transformer.needs_tf_lso and not transformer.has_tf_lso:
+    if transformer.needs_tf_lso:
         module = _add_import(module, transformer.heads, cst)
     return module
