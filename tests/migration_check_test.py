@@ -847,6 +847,50 @@ LOSS_SCALE_OPTIMIZER_CASES = [
      "    g = opt.get_unscaled_gradients(g) if hasattr(\n"
      "        opt, 'get_unscaled_gradients') else g\n",
      []),
+    # Review 2's D2: an optimizer that the file gives both protocols'
+    # calls (a version test picks one) ...
+    ("import tensorflow as tf\n"
+     "KERAS3 = tf.__version__ >= '2.16'\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner)\n"
+     "def step(tape, loss, vs):\n"
+     "    s = opt.scale_loss(loss) if KERAS3 else opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(s, vs)\n"
+     "    if KERAS3:\n"
+     "        opt.apply(g, vs)\n"
+     "    else:\n"
+     "        opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n",
+     []),
+    # ... `getattr(opt, '<method>', None)`, a `try` that catches the
+    # AttributeError ...
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def scale(loss):\n"
+     "    if getattr(opt, 'get_scaled_loss', None) is not None:\n"
+     "        return opt.get_scaled_loss(loss)\n"
+     "    return loss\n"
+     "def unscale(grads):\n"
+     "    try:\n"
+     "        return opt.get_unscaled_gradients(grads)\n"
+     "    except (AttributeError, TypeError):\n"
+     "        return grads\n",
+     []),
+    # ... or a method of the file's own class, are no evidence.
+    ("import keras\n"
+     "class Amp:\n"
+     "    def __init__(self, optimizer):\n"
+     "        self.optimizer = optimizer\n"
+     "    def get_scaled_loss(self, loss):\n"
+     "        return self.optimizer.scale_loss(loss)\n"
+     "amp = Amp(keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam()))\n"
+     "scaled = amp.get_scaled_loss(1.0)\n",
+     []),
+    # Another optimizer's `scale_loss` says nothing of this one.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "other.scale_loss(loss)\n"
+     "opt.get_scaled_loss(loss)\n",
+     [(2, 7, "legacy-name")]),
 ]
 
 

@@ -49,11 +49,16 @@ class LegacyName(rule.Rule):
     is valid Keras 3 code: it is reported only where the file uses what
     Keras 3's class lacks (`dynamic=`, `loss_scale=`, a bool or a string as
     its second positional argument, `get_scaled_loss`,
-    `get_unscaled_gradients`, `dynamic_counter`; not inside an `if
-    hasattr(opt, 'get_scaled_loss'):`, code written for both classes), and
-    on the tf_keras route never (there it is tf_keras's own, TF 2.4's
-    class). A number there is Keras 3's `initial_scale`: not reported, and
-    where the file is reported otherwise, `--fix` leaves the name.
+    `get_unscaled_gradients`, `dynamic_counter`), and on the tf_keras route
+    never (there it is tf_keras's own, TF 2.4's class). A number there is
+    Keras 3's `initial_scale`: not reported, and where the file is reported
+    otherwise, `--fix` leaves the name. Code written for both classes is no
+    evidence: TF 2.4's methods on an object the file also calls Keras 3's
+    `scale_loss` on (a version test picks one), under an `if` that names
+    the method as a string (`hasattr(opt, 'get_scaled_loss')`, `getattr(opt,
+    'get_scaled_loss', None)`), or in a `try` that catches AttributeError;
+    nor is a method the file defines itself (`amp.get_scaled_loss(loss)`,
+    where the file's own class has one).
 
     In a file that calls `tf_lso.install()`, the names it provides work as
     written after that call (after it in the same function, or in any
@@ -195,18 +200,26 @@ def _tf24_evidence(context):
     2.4's has, as the end of a sentence about Keras 3's class ("has no
     `get_scaled_loss` (line 30)"), or None; found once per file.
 
-    Not evidence: what an `if` that asks `hasattr(opt, "get_scaled_loss")`
-    holds (code written for both classes), and a second positional
-    argument other than a bool or a string (Keras 3's `initial_scale`, or
-    not sure). `notes["keras3_call"]`: the first call that passes one.
+    Not evidence, in code written for both classes: what asks which class
+    it has holds (`_unguarded`), and a TF 2.4 method of an object that the
+    file also calls Keras 3's `scale_loss` on. Nor a method of the file's
+    own (`amp.get_scaled_loss`, where the file defines one), nor a second
+    positional argument other than a bool or a string (Keras 3's
+    `initial_scale`, or not sure). `notes["keras3_call"]`: the first call
+    that passes one.
     """
     notes = context.notes["legacy-name"]
     if "evidence" in notes:
         return notes["evidence"]
+    both = {ast.unparse(node.value) for node in ast.walk(context.tree)
+            if isinstance(node, ast.Attribute) and node.attr == "scale_loss"}
+    own = {node.name for node in ast.walk(context.tree)
+           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found, keras3 = [], []
     for node in _unguarded(context.tree):
         if isinstance(node, ast.Attribute) and isinstance(
-                node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES:
+                node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES and (
+                node.attr not in own) and ast.unparse(node.value) not in both:
             found.append((node, f"has no `{node.attr}`"))
         elif isinstance(node, ast.Call) and (
                 context.resolve(node.func) or ("",))[0] == KERAS3_LSO:
@@ -235,17 +248,22 @@ def _first(found):
 
 
 def _unguarded(tree):
-    """The nodes of `tree`, less what an `if` that asks `hasattr(x,
-    "<a TF 2.4 method>")` holds (and the test)."""
+    """The nodes of `tree`, less those of an `if` whose test names a TF 2.4
+    method as a string (`hasattr(opt, "get_scaled_loss")`, `getattr(opt,
+    "get_scaled_loss", None)`) and of a `try` that catches AttributeError:
+    code that asks which class it has."""
     pending = [tree]
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.If, ast.IfExp)) and any(
-                isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                and call.func.id == "hasattr" and len(call.args) == 2
-                and isinstance(call.args[1], ast.Constant)
-                and call.args[1].value in _TF24_ATTRIBUTES
-                for call in ast.walk(node.test)):
+                isinstance(name, ast.Constant)
+                and name.value in _TF24_ATTRIBUTES
+                for name in ast.walk(node.test)):
+            continue
+        if isinstance(node, ast.Try) and any(
+                isinstance(name, ast.Name) and name.id == "AttributeError"
+                for handler in node.handlers if handler.type is not None
+                for name in ast.walk(handler.type)):
             continue
         yield node
         pending.extend(ast.iter_child_nodes(node))
