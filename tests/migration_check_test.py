@@ -925,6 +925,11 @@ def test_install_in_a_function_covers_that_function_after_it():
         collapse=False)
     assert [(f.line, f.severity) for f in findings] == [
         (3, "error"), (7, "info")]
+    # Review 2's D3: not "It runs before `tf_lso.install()`": `main` may
+    # call `build` after it.
+    assert findings[0].message.endswith(
+        " It is not in the function that calls `tf_lso.install()` (line 6), "
+        "which provides it, so it is not known to run after that call.")
 
 
 def test_a_call_in_keras3s_signature_is_not_rewritten():

@@ -143,9 +143,7 @@ class LegacyName(rule.Rule):
                        f"which {evidence}: TF 2.4's class is "
                        "`tf_lso.LossScaleOptimizer`.")
         if installed:
-            message += (" It runs before `tf_lso.install()` "
-                        f"({context.line(install.lineno)}), which provides "
-                        "it.")
+            message += _before_install(install, node, context)
         elif install is not None:
             message += (f" `tf_lso.install()` ({context.line(install.lineno)})"
                         " does not provide TF's private modules.")
@@ -291,6 +289,17 @@ def _runs_after(install, node, context):
         return True
     return scopes[id(node)] is where and (
         (install.lineno, install.col_offset) < (node.lineno, node.col_offset))
+
+
+def _before_install(install, node, context):
+    """Why `node`, which `install` provides, is not known to run after it."""
+    line = context.line(install.lineno)
+    scopes = _scopes(context)
+    if scopes[id(node)] is scopes[id(install)]:
+        return f" It runs before `tf_lso.install()` ({line}), which provides it."
+    return (" It is not in the function that calls `tf_lso.install()` "
+            f"({line}), which provides it, so it is not known to run after "
+            "that call.")
 
 
 def _scopes(context):
