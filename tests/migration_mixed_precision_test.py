@@ -496,6 +496,55 @@ PATH_CASES = [
      "    opt.minimize(loss_fn, model.trainable_variables)\n"
      "    other.minimize(loss_fn, model.trainable_variables)\n",
      [(4, "unscale-once")]),
+    # Review 2's D4: a protocol's name called on another object than
+    # `self`, where a class of the file has a method of that name, may be
+    # that method (a `scale_loss` that averages over replicas) ...
+    ("import tensorflow as tf\n"
+     "class Replicas:\n"
+     "    def scale_loss(self, loss):\n"
+     "        return loss / self.strategy.num_replicas_in_sync\n"
+     "def step(model, opt, replicas, tape, x, y):\n"
+     "    loss = replicas.scale_loss(model.loss(x, y))\n"
+     "    g = tape.gradient(loss, model.trainable_variables)\n"
+     "    g, _ = tf.clip_by_global_norm(g, 1.0)\n"
+     "    opt.apply_gradients(zip(g, model.trainable_variables))\n",
+     []),
+    # ... and on `self` in a class that is no optimizer, what it inherits
+    # from another module is its own, not Keras 3's protocol.
+    ("import tensorflow as tf\n"
+     "from mytrainer import DistributedTrainer\n"
+     "class Trainer(DistributedTrainer):\n"
+     "    def step(self, tape, x, y):\n"
+     "        loss = self.scale_loss(self.model.loss(x, y))\n"
+     "        g = tape.gradient(loss, self.model.trainable_variables)\n"
+     "        g, _ = tf.clip_by_global_norm(g, 1.0)\n"
+     "        self.optimizer.apply_gradients(\n"
+     "            zip(g, self.model.trainable_variables))\n"
+     "class ScalingOptimizer(tf.keras.mixed_precision.LossScaleOptimizer):\n"
+     "    def step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.scale_loss(loss), vs)\n"
+     "        return tf.clip_by_global_norm(g, 1.0)\n",
+     [(13, "clip-before-unscale")]),
+    # A call whose name says it clips, on the object that holds the
+    # optimizer that scaled the loss, may unscale first (an inherited
+    # `_clip`); a clip norm that is the loss scale times a number, through
+    # a name, is a clip of the scaled gradients; `while False:` never runs.
+    ("import tensorflow as tf\n"
+     "from mylib import BaseTrainer\n"
+     "class Trainer(BaseTrainer):\n"
+     "    def train_step(self, tape, loss):\n"
+     "        scaled = self.optimizer.get_scaled_loss(loss)\n"
+     "        g = self._clip(tape.gradient(scaled, self.trainable_variables))\n"
+     "        self.optimizer.apply_gradients(zip(g, self.trainable_variables))\n"
+     "def step(opt, tape, loss, vs, max_norm):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    threshold = max_norm * opt.loss_scale\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n"
+     "    while False:\n"
+     "        h = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "        h, _ = tf.clip_by_global_norm(h, 1.0)\n",
+     []),
     # A method of another object whose name says it clips is a clip; one
     # that also says it scales is not sure.
     ("def step(opt, tape, loss, vs, clipper):\n"

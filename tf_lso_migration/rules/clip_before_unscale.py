@@ -23,7 +23,9 @@ class ClipBeforeUnscale(rule.Rule):
     inside) the gradients are scaled up to `apply`: set the clipping on the
     inner optimizer (`global_clipnorm=`, `clipnorm=`), which clips unscaled
     gradients. Not reported: a clip norm that is itself multiplied by the
-    loss scale, and a log call whose text says it logs a scaled value.
+    loss scale (also through a name: `threshold = max_norm *
+    opt.loss_scale`), and a log call whose text says it logs a scaled
+    value.
 
     `scale_loss` is the identity on an optimizer that is not a loss scale
     optimizer; a clip after it is reported all the same: code calls it to
@@ -33,9 +35,10 @@ class ClipBeforeUnscale(rule.Rule):
     with a clip added, on that path.
 
     A clip is `tf.clip_by_global_norm`, `clip_by_norm`, `clip_by_value`,
-    a call of another module whose name says it clips
-    (`agc.adaptive_clip_grad(vars, grads)`; not where it is also given the
-    optimizer, with which it may unscale first), or a function of the same
+    a call whose name says it clips, of another module or inherited from
+    one (`agc.adaptive_clip_grad(vars, grads)`, `self._clip(grads)`; not
+    where it is also given the optimizer or called on what holds it, `self`
+    with `self.optimizer`: it may unscale first), or a function of the same
     file that calls one (followed one call down). A loss scaled
     under a condition (`if self.mixed_precision:`, `... if amp else loss`)
     is followed on that condition's path, and the finding names it ("When
