@@ -610,24 +610,37 @@ def test_apply_gradients_after_scale_loss_unscales_again():
         "too small.")
 
 
-def test_a_copy_of_keras3s_train_step_with_a_clip_is_reported():
-    # Review D9, decided: `scale_loss` is the identity unless the optimizer
-    # scales, as after any `scale_loss` (issue 52's everydream bug); the
-    # path is named.
-    [clip] = check.check_source(
-        "import tensorflow as tf\n"
-        "class M(keras.Model):\n"
-        "    def train_step(self, data):\n"
-        "        x, y = data\n"
-        "        with tf.GradientTape() as tape:\n"
-        "            loss = self.compute_loss(y=y, y_pred=self(x))\n"
-        "            if self.optimizer is not None:\n"
-        "                loss = self.optimizer.scale_loss(loss)\n"
-        "        grads = tape.gradient(loss, self.trainable_weights)\n"
-        "        grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
-        "        self.optimizer.apply(grads, self.trainable_weights)\n",
-        options=ONLY_NEW)
-    assert clip.line == 10
+_KERAS3_TRAIN_STEP = (
+    "import tensorflow as tf\n"
+    "class M(keras.Model):\n"
+    "    def train_step(self, data):\n"
+    "        x, y = data\n"
+    "        with tf.GradientTape() as tape:\n"
+    "            loss = self.compute_loss(y=y, y_pred=self(x))\n"
+    "            if self.optimizer is not None:\n"
+    "                loss = self.optimizer.scale_loss(loss)\n"
+    "        grads = tape.gradient(loss, self.trainable_weights)\n"
+    "        grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
+    "        self.optimizer.apply(grads, self.trainable_weights)\n")
+
+
+def test_a_clip_after_scale_loss_is_silent_where_nothing_scales():
+    # Review 2's p02, decided: `scale_loss` is the identity unless the
+    # optimizer scales, so a copy of Keras 3's own `train_step` with a clip
+    # added is a bug only where the file shows loss scaling.
+    assert _found(_KERAS3_TRAIN_STEP) == []
+
+
+@pytest.mark.parametrize("sign", [
+    "keras.mixed_precision.set_global_policy('mixed_float16')\n",
+    "opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())\n",
+    "opt = keras.optimizers.Adam(loss_scale_factor=1024.0)\n",
+])
+def test_a_copy_of_keras3s_train_step_with_a_clip_is_reported(sign):
+    # Review D9, decided: as after any `scale_loss` (issue 52's everydream
+    # bug), in a file that shows loss scaling; the path is named.
+    [clip] = check.check_source(sign + _KERAS3_TRAIN_STEP, options=ONLY_NEW)
+    assert clip.line == 11
     assert clip.message.startswith(
         "When `self.optimizer is not None` is true, `tf.clip_by_global_norm`")
 
@@ -981,6 +994,7 @@ def test_sarif_and_rule_page(capsys):
 def test_messages_show_the_corrected_order():
     [clip] = check.check_source(
         "import tensorflow as tf\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
         "def step(opt, tape, loss, vs):\n"
         "    g = tape.gradient(opt.scale_loss(loss), vs)\n"
         "    g, _ = tf.clip_by_global_norm(g, 1.0)\n"
