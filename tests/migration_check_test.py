@@ -195,6 +195,40 @@ def test_comments_and_continued_lines_are_not_magics(tmp_path):
         (0, 13, "legacy-name")]
 
 
+def test_strings_assigned_magics_and_timed_cells(tmp_path):
+    # Review 2's D5: a bracket left open in a docstring is no bracket (the
+    # `!nvidia-smi` after it made the notebook unparsable), nor is a magic
+    # inside a string one; `x = !cmd` is a magic; the body of a `%%time` or
+    # `%%capture` cell is Python, a `%%bash` cell's is not.
+    notebook = {"cells": [
+        {"cell_type": "code", "source": [
+            "import tensorflow as tf\n",
+            "def train():\n",
+            '    """Steps:\n',
+            "    (1) load (2 build\n",
+            "!not a magic, in the docstring\n",
+            '    """\n',
+            "!nvidia-smi\n",
+            "gpus = !nvidia-smi -L\n",
+            "t = %timeit -o sum(range(10))\n",
+            "tf.train.experimental.FixedLossScale(2)"]},
+        {"cell_type": "code", "source":
+            "%%time\ntf.train.experimental.FixedLossScale(2)"},
+        {"cell_type": "code", "source":
+            "%%capture out\nx = 1\ntf.train.experimental.FixedLossScale(2)"},
+        {"cell_type": "code", "source":
+            "%%bash\necho tf.train.experimental.FixedLossScale\n"},
+    ]}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook))
+    findings = migration_check.check_file(path)
+    assert [(f.cell, f.line, f.rule) for f in findings] == [
+        (0, 10, "legacy-name"), (1, 2, "legacy-name"), (2, 3, "legacy-name")]
+    assert migration_check.notebook_cells(path.read_text())[0][1].split(
+        "\n")[4:9] == ["!not a magic, in the docstring", '    """', "pass",
+                       "pass", "pass"]
+
+
 def test_bad_files_are_findings_not_crashes(tmp_path):
     (tmp_path / "bad.ipynb").write_text("{not json")
     (tmp_path / "latin1.py").write_bytes(b"x = '\xe9'\n")
