@@ -820,6 +820,39 @@ def test_a_bounded_or_unknown_activation_is_not_reported():
         (14, "float16-output"), (15, "float16-output")]
 
 
+_NET = (
+    "import tensorflow as tf\n"
+    "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+    "def Net(include_top=True):\n"
+    "    img = tf.keras.layers.Input((32, 32, 3))\n"
+    "    y = tf.keras.layers.Conv2D(16, 3)(img)\n"
+    "    if include_top:\n"
+    "        y = tf.keras.layers.GlobalAveragePooling2D()(y)\n"
+    "        y = tf.keras.layers.Dense(10, 'softmax', dtype='float32')(y)\n"
+    "    return tf.keras.Model(img, y)\n")
+
+
+@pytest.mark.parametrize("call, found", [
+    ("Net()", []),
+    ("Net(True)", []),
+    ("Net(include_top=False)", [(5, False)]),
+    ("Net(include_top=flag)", [(5, False)]),
+])
+def test_a_layer_last_on_some_paths_only(call, found):
+    # Review 2's D6 (tf-keras route, where a linear output is reported): a
+    # path that the call's arguments rule out (`include_top` is true by
+    # default) is not reported; a layer built on every path but last on
+    # some only is reported without a `--fix`, which would make it float32
+    # where it is an inner layer.
+    source = _NET + f"model = {call}\nmodel.compile(loss='mse')\n"
+    findings = check.check_source(source, options=check.Options(
+        select=NEW_RULES, route="tf-keras"))
+    assert [(f.line, f.fixable) for f in findings] == found
+    if found:
+        assert findings[0].message.startswith(
+            "When `include_top` is false, this model's last layer")
+
+
 def test_the_float16_output_message_names_what_reads_it_and_the_fix():
     found = check.check_source(
         "import tensorflow as tf\n"

@@ -7,8 +7,9 @@ The models of a file are followed statement by statement in each function
 calls, a subclass of `keras.Model` through its `call`, a function of the
 file that returns one), and what reads their output: `compile(loss=...)`,
 `fit`, or a loss called on `model(x)`. An `if` makes one alternative per
-branch, each reported with its condition; after a loop, what the loop
-changed is not followed.
+branch, each reported with its condition, less those that the call of a
+function of the file rules out (`Net()` of `def Net(include_top=True)`);
+after a loop, what the loop changed is not followed.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ class Float16Output(rule.Rule):
     A model is a `Sequential` (its list of layers, or the layers `add`ed),
     a `Model(inputs, outputs)` whose outputs come from layer calls (`x =
     Dense(10)(x)`, also under `if include_top:`, reported with its
-    condition), a subclass of `keras.Model` (what its `call` returns), or
-    what a function of the same file returns; its output is read by a loss
+    condition, unless the call that builds it rules that path out: `Net()`
+    of `def Net(include_top=True)`), a subclass of `keras.Model` (what its
+    `call` returns), or what a function of the same file returns; its
+    output is read by a loss
     where the file compiles it with a loss, fits it, or calls a loss on
     `model(x)`. A cast of that output to float32 (`tf.cast(x,
     tf.float32)`, a float32 last layer) is what the guide asks for.
@@ -84,8 +87,10 @@ class Float16Output(rule.Rule):
     float32 first (the guide still advises float32 there); on the tf-keras
     route, where losses compute in the output's dtype, it is. `--fix` adds
     `dtype="float32"` to a last layer built where the model is; where the
-    layer is built elsewhere (`self.out = Dense(...)`) or the output is an
-    op (`tf.nn.softmax(x)`), the message shows the corrected code.
+    layer is built elsewhere (`self.out = Dense(...)`), is last on some
+    paths only (built before an `if include_top:` that adds more), or the
+    output is an op (`tf.nn.softmax(x)`), the message shows the corrected
+    code.
     """
 
     id, severity = "float16-output", "warning"
@@ -441,7 +446,7 @@ class _Models:
             second = self._block(node.orelse, env, returns)
             if not holds:
                 first, second = second, first
-            return _merge(first, second, ast.unparse(test))
+            return _merge(first, second, ast.unparse(test), env)
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             self._eval(node.test if isinstance(node, ast.While)
                        else node.iter, env)
@@ -539,7 +544,8 @@ class _Models:
             if isinstance(found, ast.ClassDef):
                 return self._subclass(found)
             returned = self._function(found)
-            return returned if isinstance(returned, Model) else None
+            if isinstance(returned, Model):
+                return _given(returned, found, node)
         return None
 
     def _last(self, node: ast.AST, env: _Env) -> tuple[Alternative, ...]:
@@ -639,9 +645,9 @@ def _activation(context, node, kind):
     return name
 
 
-def _merge(first, second, test=None):
+def _merge(first, second, test=None, before=None):
     """What holds after either of two paths; with `test`, the first is
-    where it holds."""
+    where it holds, and `before` what held before the `if`."""
     if first is None:
         return second
     if second is None:
@@ -652,19 +658,22 @@ def _merge(first, second, test=None):
         if one == other:
             merged[name] = one
         elif test is not None:
-            value = _either(one, other, test)
+            value = _either(one, other, test, (before or {}).get(name))
             if value is not None:
                 merged[name] = value
     return merged
 
 
-def _either(one, other, test):
-    """One value for `one` where `test` holds and `other` where not."""
+def _either(one, other, test, before):
+    """One value for `one` where `test` holds and `other` where not. What
+    one path keeps from `before` is built on both: its layer is last on
+    this path only, so `--fix` does not give it a dtype."""
     kinds = {type(v) for v in (one, other) if v is not None}
     if len(kinds) != 1 or Layer in kinds:
         return None
     alternatives = tuple(  # The outer `if`'s test first.
-        dataclasses.replace(a, when=((test, holds), *a.when))
+        dataclasses.replace(a, when=((test, holds), *a.when),
+                            inline=a.inline and value != before)
         for value, holds in ((one, True), (other, False)) if value is not None
         for a in value.alternatives)
     if kinds == {Model}:
@@ -672,3 +681,29 @@ def _either(one, other, test):
         return Model(alternatives, node)
     models = {v.model for v in (one, other) if v is not None}
     return Tensor(alternatives, models.pop() if len(models) == 1 else None)
+
+
+def _given(model, function, call):
+    """`model`, which `function` returns, less what is on a path that
+    `call` rules out: `Net()` of `def Net(include_top=True)` has no path
+    where `include_top` is false (a parameter the function never stores,
+    given or left to a constant)."""
+    arguments = function.args
+    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+    given = dict(zip(reversed(positional), reversed(arguments.defaults)))
+    given.update((a.arg, d) for a, d in zip(arguments.kwonlyargs,
+                                             arguments.kw_defaults)
+                 if d is not None)
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords):
+        return model
+    given.update(zip(positional, call.args))
+    given.update((k.arg, k.value) for k in call.keywords)
+    stored = {name for statement in function.body
+              for name in mp.names_stored(statement)}
+    truth = {name: mp.truth(value) for name, value in given.items()
+             if name not in stored}
+    return dataclasses.replace(model, alternatives=tuple(
+        a for a in model.alternatives
+        if all(truth.get(test, holds) in (holds, None)
+               for test, holds in a.when)))
