@@ -903,6 +903,60 @@ def test_a_helper_finding_names_the_call_inside_and_the_callers_value():
         "them at 5.0 clips almost every one.")
 
 
+def test_a_helper_finding_names_the_default_a_call_leaves():
+    # Review 2's D7: `_clip(g)` clips at `max_norm`'s default, 5.0.
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "def _clip(grads, max_norm=5.0):\n"
+        "    return tf.clip_by_global_norm(grads, max_norm)[0]\n"
+        "def step(opt, tape, loss, vs):\n"
+        "    g = _clip(tape.gradient(opt.get_scaled_loss(loss), vs))\n",
+        options=ONLY_NEW)
+    assert "so clipping them at 5.0 clips almost every one" in clip.message
+
+
+def test_a_policy_set_under_a_condition_is_named():
+    # Review 2's D7: the policy holds where `args.fp16` is true.
+    [output] = check.check_source(
+        "import tensorflow as tf\n"
+        "def main(args):\n"
+        "    if not args.fp16:\n"
+        "        pass\n"
+        "    else:\n"
+        "        tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "    m = tf.keras.Sequential([tf.keras.layers.Dense(1, 'sigmoid')])\n"
+        "    m.compile(loss='binary_crossentropy')\n", options=ONLY_NEW)
+    assert output.message.startswith(
+        "When `args.fp16` is true, this model's last layer computes in "
+        "float16 under the 'mixed_float16' policy set at line 6, ")
+    [optimizer] = check.check_source(
+        "import keras\n"
+        "if tpu:\n"
+        "    keras.mixed_precision.set_global_policy('mixed_bfloat16')\n"
+        "opt = keras.optimizers.LossScaleOptimizer(opt)\n", options=ONLY_NEW)
+    assert optimizer.message.startswith(
+        "When `tpu` is true, a dynamic loss scale under the 'mixed_bfloat16' "
+        "policy set at line 3: ")
+
+
+def test_the_float16_output_message_fits_the_activation():
+    # Review 2's D7: a sigmoid is no softmax, and on tf-keras a linear
+    # output is reported because the loss computes in its dtype.
+    found = check.check_source(
+        "import tensorflow as tf\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "a = tf.keras.Sequential([tf.keras.layers.Dense(1, 'sigmoid')])\n"
+        "b = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+        "a.fit(x, y); b.fit(x, y)\n",
+        options=check.Options(select=NEW_RULES, route="tf-keras"))
+    assert [f.line for f in found] == [3, 4]
+    assert ("reads its output: the loss (sigmoid, cross-entropy) loses "
+            "precision and can overflow.") in found[0].message
+    assert ("reads its output: tf_keras's losses compute in the output's "
+            "dtype, so the loss loses precision and can overflow.") in (
+        found[1].message)
+
+
 def test_the_analyses_skip_files_that_never_scale_or_set_a_policy(
         monkeypatch):
     # Issue 60: most files never scale a loss or set a mixed policy; the

@@ -1056,7 +1056,8 @@ class _Flow:
         saved = (self._function, self._depth, self._returns,
                  self._arguments, self._path, self.events)
         self._function, self._depth, self._returns = function, 1, []
-        self._arguments, self._path, self.events = arguments, frozenset(), []
+        self._arguments = {**mp.defaults(function), **arguments}
+        self._path, self.events = frozenset(), []
         try:
             if self._block(function.body, bindings) is not None:
                 self._returns.append((None, frozenset()))

@@ -73,7 +73,8 @@ class Float16Output(rule.Rule):
     tf.float32)`, a float32 last layer) is what the guide asks for.
 
     Reported only where every global policy the file sets is
-    `'mixed_float16'`, written out. Not reported: a model whose output no
+    `'mixed_float16'`, written out (set under an `if`, the finding names
+    its test). Not reported: a model whose output no
     loss reads (an encoder feeding another model's head, a GAN's
     generator), a model ending in another kind of layer than a dense,
     convolution or activation layer (pooling: features), a layer with a
@@ -137,14 +138,15 @@ class Alternative:
         inline: Whether the layer is built where the model is (so that
             `--fix` can give it a dtype); False for a layer built elsewhere
             and for an op.
-        linear: Whether it outputs no probabilities (logits, a regression):
-            reported only where losses compute in the output's dtype.
+        activation: What it computes: `softmax`, `sigmoid`, `log_softmax`,
+            or `linear` (no probabilities: logits, a regression; reported
+            only where losses compute in the output's dtype).
     """
 
     node: ast.Call | None
     when: tuple[tuple[str, bool], ...] = ()
     inline: bool = False
-    linear: bool = False
+    activation: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,12 +187,14 @@ class Output:
         inline: Whether `--fix` gives the layer a dtype.
         reader: What reads it, in words ("the loss given to
             `model.compile` (line 40)").
+        activation: What it computes (`Alternative.activation`).
     """
 
     node: ast.Call
     when: tuple[tuple[str, bool], ...]
     inline: bool
     reader: str
+    activation: str
 
 
 def float16_outputs(context: rule.Context,
@@ -206,12 +210,15 @@ def float16_outputs(context: rule.Context,
                 continue  # Fit with `add_loss` only: what it reads is not sure.
             for alternative in model.alternatives:
                 node = alternative.node
-                if alternative.linear and context.route == "keras3":
+                if alternative.activation == "linear" and (
+                        context.route == "keras3"):
                     continue  # Keras 3's losses read it in float32.
                 if (node is not None and id(node) not in found
                         and mp.runs_under(context, node, policy)):
-                    found[id(node)] = Output(node, alternative.when,
-                                             alternative.inline, reader)
+                    found[id(node)] = Output(
+                        node, mp.policy_path(context, node, policy)
+                        + alternative.when, alternative.inline, reader,
+                        alternative.activation)
         notes["outputs"] = sorted(found.values(), key=lambda o: (
             o.node.lineno, o.node.col_offset))
     return notes["outputs"]
@@ -230,15 +237,15 @@ def _message(context, policy, output):
         instead = f"Give it `dtype='float32'`: `{_with_dtype(node)}`"
         fixed = output.inline and context.fixes
         instead += " (`--fix` does)." if fixed else "."
+    loses = ("tf_keras's losses compute in the output's dtype, so the loss"
+             if output.activation == "linear"
+             else f"the loss ({output.activation}, cross-entropy)")
     text = (f"{what} under the 'mixed_float16' policy set at "
             f"{context.line(policy.node.lineno)}, and {output.reader} reads "
-            "its output: the loss (softmax, cross-entropy) loses precision "
-            f"and can overflow. {instead}").rstrip()
-    if not output.when:
-        return text
-    when = " and ".join(f"`{test}` is {'true' if holds else 'false'}"
-                        for test, holds in output.when)
-    return f"When {when}, {text[0].lower()}{text[1:]}"
+            f"its output: {loses} loses precision and can overflow. "
+            f"{instead}").rstrip()
+    when = mp.phrase(output.when)
+    return when + text[0].lower() + text[1:] if when else text
 
 
 def _cast(node):
@@ -521,7 +528,8 @@ class _Models:
         if name in _ACTIVATIONS and arguments and isinstance(arguments[0],
                                                              Tensor):
             if any(a.node is not None for a in arguments[0].alternatives):
-                return Tensor((Alternative(node),))
+                return Tensor((Alternative(
+                    node, activation=name.rpartition(".")[2]),))
             return arguments[0]
         if name in _SEQUENTIAL:
             layers = node.args[0] if node.args else next(
@@ -624,7 +632,7 @@ def _layer(context, node, inline):
     activation = _activation(context, node, kind)
     if activation != "linear" and activation not in _PROBABILITIES:
         return Alternative(None)
-    return Alternative(node, (), inline, linear=activation == "linear")
+    return Alternative(node, (), inline, activation)
 
 
 def _activation(context, node, kind):
@@ -688,15 +696,12 @@ def _given(model, function, call):
     `call` rules out: `Net()` of `def Net(include_top=True)` has no path
     where `include_top` is false (a parameter the function never stores,
     given or left to a constant)."""
-    arguments = function.args
-    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
-    given = dict(zip(reversed(positional), reversed(arguments.defaults)))
-    given.update((a.arg, d) for a, d in zip(arguments.kwonlyargs,
-                                             arguments.kw_defaults)
-                 if d is not None)
     if any(isinstance(a, ast.Starred) for a in call.args) or any(
             k.arg is None for k in call.keywords):
         return model
+    arguments = function.args
+    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+    given = mp.defaults(function)
     given.update(zip(positional, call.args))
     given.update((k.arg, k.value) for k in call.keywords)
     stored = {name for statement in function.body
