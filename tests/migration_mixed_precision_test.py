@@ -757,6 +757,14 @@ OUTPUT_CASES = [
      "vae.add(keras.layers.Dense(4, activation='sigmoid'))\n"
      "vae.fit(x)\n",
      []),
+    # A layer built into a local name, then called: its output is the
+    # model's (review 2's misses: `head(x)` was not followed).
+    ("import tensorflow as tf\n"
+     "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "head = tf.keras.layers.Dense(10, activation='softmax')\n"
+     "out = head(tf.keras.layers.Dense(32, activation='relu')(inp))\n"
+     "tf.keras.Model(inp, out).compile(loss='categorical_crossentropy')\n",
+     [(3, "float16-output")]),
     # A local name that shadows a module-level model is not that model.
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('mixed_float16')\n"

@@ -88,7 +88,8 @@ class Float16Output(rule.Rule):
     float32 first (the guide still advises float32 there); on the tf-keras
     route, where losses compute in the output's dtype, it is. `--fix` adds
     `dtype="float32"` to a last layer built where the model is; where the
-    layer is built elsewhere (`self.out = Dense(...)`), is last on some
+    layer is built elsewhere (`self.out = Dense(...)`, `head =
+    Dense(...)`, then `head(x)`), is last on some
     paths only (built before an `if include_top:` that adds more), or the
     output is an op (`tf.nn.softmax(x)`), the message shows the corrected
     code.
@@ -168,7 +169,8 @@ class Model:
 
 @dataclasses.dataclass(frozen=True)
 class Layer:
-    """A layer built here and named (`self.out = Dense(10)`)."""
+    """A layer built here and named (`self.out = Dense(10)`, `head =
+    Dense(10)`)."""
 
     node: ast.Call
 
@@ -514,11 +516,13 @@ class _Models:
         self._loss_call(node, func, [*arguments, *keywords.values()])
         if isinstance(receiver, Model):  # model(x)
             return Tensor(receiver.alternatives, receiver)
-        if isinstance(receiver, Layer):  # self.out(x), head(x)
-            return Tensor((_layer(self._context, receiver.node, False),))
         if isinstance(func, ast.Call) and _layer_class(self._context,
                                                        func.func):
             return Tensor((_layer(self._context, func, True),))  # Dense()(x)
+        if isinstance(receiver, Layer):  # self.out(x), head(x)
+            return Tensor((_layer(self._context, receiver.node, False),))
+        if _layer_class(self._context, func):  # head = Dense(10)
+            return Layer(node)
         name = mp.behaviour(self._context, func)
         if name is not None and name.rpartition(".")[2] == "cast":
             dtype = node.args[1] if len(node.args) > 1 else next(
