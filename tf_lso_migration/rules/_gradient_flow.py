@@ -30,7 +30,7 @@ is followed one level down with the caller's values: what it returns,
 and what it does to them (reported at the call); two levels down, what
 it returns is not known. A protocol method's name called on another
 object where a class of the file has a method of that name
-(`replicas.scale_loss(loss)`), or on `self` in a class that is not an
+(`averager.scale_loss(loss)`), or on `self` in a class that is not an
 optimizer (inherited from another module), is not the protocol, and is
 not followed. An optimizer named by a plain alias (`opt =
 self.optimizer`) is the optimizer it names. Gradients accumulated with
@@ -775,7 +775,7 @@ class _Flow:
     def _is_protocol(self, node: ast.Call, method: str) -> bool:
         """Whether a call of a protocol method's name (not of the file's
         own, `_follow`) is the protocol's: not where a class of the file
-        has a method of that name (`replicas.scale_loss(loss)`), nor on
+        has a method of that name (`averager.scale_loss(loss)`), nor on
         `self` in a class that is not an optimizer (a method it inherits
         from another module); a scaling call takes the loss alone."""
         if method in ("get_scaled_loss", "scale_loss") and not (
