@@ -945,6 +945,21 @@ def test_a_policy_set_under_a_condition_is_named():
     assert optimizer.message.startswith(
         "When `tpu` is true, a dynamic loss scale under the 'mixed_bfloat16' "
         "policy set at line 3: ")
+    # horovod's elastic Keras MNIST example: the policy is set in both
+    # branches of the inner `if` (a TF version test): only the outer one's
+    # test is where it holds.
+    [output] = check.check_source(
+        "import tensorflow as tf\n"
+        "if args.mixed:\n"
+        "    if new_tf:\n"
+        "        tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "    else:\n"
+        "        tf.keras.mixed_precision.experimental.set_policy(\n"
+        "            'mixed_float16')\n"
+        "m = tf.keras.Sequential([tf.keras.layers.Dense(1, 'sigmoid')])\n"
+        "m.compile(loss='binary_crossentropy')\n", options=ONLY_NEW)
+    assert output.message.startswith(
+        "When `args.mixed` is true, this model's last layer")
 
 
 def test_the_float16_output_message_fits_the_activation():

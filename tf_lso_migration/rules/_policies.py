@@ -259,14 +259,19 @@ def file_policy(context: rule.Context, name: str) -> PolicySet | None:
 
 def policy_path(context: rule.Context, node: ast.Call,
                 policy: PolicySet) -> tuple[tuple[str, bool], ...]:
-    """Where the policy holds for `node`: the tests of the `if`s around the
-    policy's call and not around `node`, as (test as written, holds)."""
+    """Where the policy holds for `node`: the tests of the `if`s around
+    every call that sets it (`policy` and its like) and not around `node`,
+    as (test as written, holds)."""
     around = {id(branch) for branch, _ in places(context)[id(node)].branches}
+    every = set.intersection(*({(id(branch), field) for branch, field in
+                                other.place.branches}
+                               for other in policy_sets(context)))
     path = []
     for branch, field in policy.place.branches:
-        if id(branch) in around or not isinstance(branch, ast.If) or (
-                truth(branch.test) is not None):
-            continue  # Around both, a `try`, or a constant.
+        if id(branch) in around or (id(branch), field) not in every or (
+                not isinstance(branch, ast.If)) or truth(
+                branch.test) is not None:
+            continue  # Around both, not around all, a `try`, a constant.
         test, holds = branch.test, field == "body"
         while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             test, holds = test.operand, not holds
