@@ -102,6 +102,10 @@ REWRITES = [
      "tf.train.experimental.DynamicLossScale()\n",
      "import tf_lso\nimport tensorflow as tf\n"
      "tf_lso.experimental.DynamicLossScale()\n"),
+    ("import tensorflow as tf\nimport os\nimport tf_lso\n"
+     "tf.train.experimental.DynamicLossScale()\n",
+     "import tensorflow as tf\nimport os\nimport tf_lso\n"
+     "tf_lso.experimental.DynamicLossScale()\n"),
     ('"""Doc."""\nfrom __future__ import annotations\nimport tensorflow as tf\n'
      "x = tf.keras.mixed_precision.LossScaleOptimizer(o, dynamic=False)\n",
      '"""Doc."""\nfrom __future__ import annotations\nimport tensorflow as tf\n'

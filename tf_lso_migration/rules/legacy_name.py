@@ -542,8 +542,9 @@ def _add_import(module, heads, cst):
     (the names the rewritten references start with): every use of those
     comes after it. If they are imported only inside functions, after the
     last top-level import (or the docstring). Not where a top-level `import
-    tf_lso` comes before that place: an import inside a function, or under
-    another name, binds no module-level `tf_lso`.
+    tf_lso` comes before that place, or after it with only imports between:
+    an import inside a function, or under another name, binds no
+    module-level `tf_lso`.
     """
     body = list(module.body)
     position = next((index + 1 for index, statement in enumerate(body)
@@ -558,8 +559,11 @@ def _add_import(module, heads, cst):
                     statement.body[0], cst.Expr) and isinstance(
                     statement.body[0].value, cst.SimpleString):
                 position = 1  # After the module docstring.
-    if any(_is_import(statement, cst) and _binds(statement, {"tf_lso"}, cst)
-           for statement in body[:position]):
+    bound = next((index for index, statement in enumerate(body)
+                  if _is_import(statement, cst)
+                  and _binds(statement, {"tf_lso"}, cst)), None)
+    if bound is not None and all(_is_import(statement, cst)
+                                 for statement in body[position:bound]):
         return module
     body.insert(position, cst.parse_statement("import tf_lso\n"))
     return module.with_changes(body=body)
