@@ -975,8 +975,8 @@ def test_the_float16_output_message_fits_the_activation():
     assert [f.line for f in found] == [3, 4]
     assert ("reads its output: the loss (sigmoid, cross-entropy) loses "
             "precision and can overflow.") in found[0].message
-    assert ("reads its output: tf_keras's losses compute in the output's "
-            "dtype, so the loss loses precision and can overflow.") in (
+    assert ("reads its output: on tf_keras the loss computes in the "
+            "output's dtype, so it loses precision and can overflow.") in (
         found[1].message)
 
 

@@ -239,7 +239,7 @@ def _message(context, policy, output):
         instead = f"Give it `dtype='float32'`: `{_with_dtype(node)}`"
         fixed = output.inline and context.fixes
         instead += " (`--fix` does)." if fixed else "."
-    loses = ("tf_keras's losses compute in the output's dtype, so the loss"
+    loses = ("on tf_keras the loss computes in the output's dtype, so it"
              if output.activation == "linear"
              else f"the loss ({output.activation}, cross-entropy)")
     text = (f"{what} under the 'mixed_float16' policy set at "
