@@ -195,6 +195,40 @@ def test_comments_and_continued_lines_are_not_magics(tmp_path):
         (0, 13, "legacy-name")]
 
 
+def test_strings_assigned_magics_and_timed_cells(tmp_path):
+    # Review 2's D5: a bracket left open in a docstring is no bracket (the
+    # `!nvidia-smi` after it made the notebook unparsable), nor is a magic
+    # inside a string one; `x = !cmd` is a magic; the body of a `%%time` or
+    # `%%capture` cell is Python, a `%%bash` cell's is not.
+    notebook = {"cells": [
+        {"cell_type": "code", "source": [
+            "import tensorflow as tf\n",
+            "def train():\n",
+            '    """Steps:\n',
+            "    (1) load (2 build\n",
+            "!not a magic, in the docstring\n",
+            '    """\n',
+            "!nvidia-smi\n",
+            "gpus = !nvidia-smi -L\n",
+            "t = %timeit -o sum(range(10))\n",
+            "tf.train.experimental.FixedLossScale(2)"]},
+        {"cell_type": "code", "source":
+            "%%time\ntf.train.experimental.FixedLossScale(2)"},
+        {"cell_type": "code", "source":
+            "%%capture out\nx = 1\ntf.train.experimental.FixedLossScale(2)"},
+        {"cell_type": "code", "source":
+            "%%bash\necho tf.train.experimental.FixedLossScale\n"},
+    ]}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook))
+    findings = migration_check.check_file(path)
+    assert [(f.cell, f.line, f.rule) for f in findings] == [
+        (0, 10, "legacy-name"), (1, 2, "legacy-name"), (2, 3, "legacy-name")]
+    assert migration_check.notebook_cells(path.read_text())[0][1].split(
+        "\n")[4:9] == ["!not a magic, in the docstring", '    """', "pass",
+                       "pass", "pass"]
+
+
 def test_bad_files_are_findings_not_crashes(tmp_path):
     (tmp_path / "bad.ipynb").write_text("{not json")
     (tmp_path / "latin1.py").write_bytes(b"x = '\xe9'\n")
@@ -847,6 +881,50 @@ LOSS_SCALE_OPTIMIZER_CASES = [
      "    g = opt.get_unscaled_gradients(g) if hasattr(\n"
      "        opt, 'get_unscaled_gradients') else g\n",
      []),
+    # Review 2's D2: an optimizer that the file gives both protocols'
+    # calls (a version test picks one) ...
+    ("import tensorflow as tf\n"
+     "KERAS3 = tf.__version__ >= '2.16'\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner)\n"
+     "def step(tape, loss, vs):\n"
+     "    s = opt.scale_loss(loss) if KERAS3 else opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(s, vs)\n"
+     "    if KERAS3:\n"
+     "        opt.apply(g, vs)\n"
+     "    else:\n"
+     "        opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n",
+     []),
+    # ... `getattr(opt, '<method>', None)`, a `try` that catches the
+    # AttributeError ...
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def scale(loss):\n"
+     "    if getattr(opt, 'get_scaled_loss', None) is not None:\n"
+     "        return opt.get_scaled_loss(loss)\n"
+     "    return loss\n"
+     "def unscale(grads):\n"
+     "    try:\n"
+     "        return opt.get_unscaled_gradients(grads)\n"
+     "    except (AttributeError, TypeError):\n"
+     "        return grads\n",
+     []),
+    # ... or a method of the file's own class, are no evidence.
+    ("import keras\n"
+     "class Amp:\n"
+     "    def __init__(self, optimizer):\n"
+     "        self.optimizer = optimizer\n"
+     "    def get_scaled_loss(self, loss):\n"
+     "        return self.optimizer.scale_loss(loss)\n"
+     "amp = Amp(keras.mixed_precision.LossScaleOptimizer(\n"
+     "    keras.optimizers.Adam()))\n"
+     "scaled = amp.get_scaled_loss(1.0)\n",
+     []),
+    # Another optimizer's `scale_loss` says nothing of this one.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "other.scale_loss(loss)\n"
+     "opt.get_scaled_loss(loss)\n",
+     [(2, 7, "legacy-name")]),
 ]
 
 
@@ -881,6 +959,11 @@ def test_install_in_a_function_covers_that_function_after_it():
         collapse=False)
     assert [(f.line, f.severity) for f in findings] == [
         (3, "error"), (7, "info")]
+    # Review 2's D3: not "It runs before `tf_lso.install()`": `main` may
+    # call `build` after it.
+    assert findings[0].message.endswith(
+        " It is not in the function that calls `tf_lso.install()` (line 6), "
+        "which provides it, so it is not known to run after that call.")
 
 
 def test_a_call_in_keras3s_signature_is_not_rewritten():

@@ -102,6 +102,10 @@ REWRITES = [
      "tf.train.experimental.DynamicLossScale()\n",
      "import tf_lso\nimport tensorflow as tf\n"
      "tf_lso.experimental.DynamicLossScale()\n"),
+    ("import tensorflow as tf\nimport os\nimport tf_lso\n"
+     "tf.train.experimental.DynamicLossScale()\n",
+     "import tensorflow as tf\nimport os\nimport tf_lso\n"
+     "tf_lso.experimental.DynamicLossScale()\n"),
     ('"""Doc."""\nfrom __future__ import annotations\nimport tensorflow as tf\n'
      "x = tf.keras.mixed_precision.LossScaleOptimizer(o, dynamic=False)\n",
      '"""Doc."""\nfrom __future__ import annotations\nimport tensorflow as tf\n'
@@ -393,6 +397,49 @@ REAL_CODE_CASES = [
      "    policy)\n"
      "import tf_lso as loss_scale_optimizer\n"
      "opt = loss_scale_optimizer.LossScaleOptimizer(opt)\n"),
+    # `tf_lso` is bound where the rewritten names are: an `import tf_lso`
+    # inside a function, or under another name, binds no module-level
+    # `tf_lso` (review 2's D1: the fixed file raised NameError).
+    ("import tensorflow as tf\n"
+     "def build():\n"
+     "    return tf.keras.mixed_precision.experimental.LossScaleOptimizer(\n"
+     "        tf.keras.optimizers.SGD(), 'dynamic')\n"
+     "def main():\n"
+     "    import tf_lso\n"
+     "    tf_lso.install()\n"
+     "    return build()\n"
+     "print(type(main()).__name__)\n",
+     "import tensorflow as tf\n"
+     "import tf_lso\n"
+     "def build():\n"
+     "    return tf_lso.experimental.LossScaleOptimizer(\n"
+     "        tf.keras.optimizers.SGD(), 'dynamic')\n"
+     "def main():\n"
+     "    import tf_lso\n"
+     "    tf_lso.install()\n"
+     "    return build()\n"
+     "print(type(main()).__name__)\n"),
+    ("import tensorflow as tf\n"
+     "import tf_lso as lso\n"
+     "lso.install()\n"
+     "opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(\n"
+     "    tf.keras.optimizers.SGD(), 'dynamic')\n"
+     "print(type(opt).__name__)\n",
+     "import tensorflow as tf\n"
+     "import tf_lso\n"
+     "import tf_lso as lso\n"
+     "lso.install()\n"
+     "opt = tf_lso.experimental.LossScaleOptimizer(\n"
+     "    tf.keras.optimizers.SGD(), 'dynamic')\n"
+     "print(type(opt).__name__)\n"),
+    # ... or after their first use at module level.
+    ("import tensorflow as tf\n"
+     "scale = tf.train.experimental.FixedLossScale(8)\n"
+     "import tf_lso\n",
+     "import tensorflow as tf\n"
+     "import tf_lso\n"
+     "scale = tf_lso.experimental.FixedLossScale(8)\n"
+     "import tf_lso\n"),
     # What tf_lso does not provide stays, and so does a module it is used
     # through.
     ("from tensorflow.keras.mixed_precision.experimental import Policy, Bogus\n",

@@ -496,6 +496,55 @@ PATH_CASES = [
      "    opt.minimize(loss_fn, model.trainable_variables)\n"
      "    other.minimize(loss_fn, model.trainable_variables)\n",
      [(4, "unscale-once")]),
+    # Review 2's D4: a protocol's name called on another object than
+    # `self`, where a class of the file has a method of that name, may be
+    # that method (a `scale_loss` that averages over replicas) ...
+    ("import tensorflow as tf\n"
+     "class Replicas:\n"
+     "    def scale_loss(self, loss):\n"
+     "        return loss / self.strategy.num_replicas_in_sync\n"
+     "def step(model, opt, replicas, tape, x, y):\n"
+     "    loss = replicas.scale_loss(model.loss(x, y))\n"
+     "    g = tape.gradient(loss, model.trainable_variables)\n"
+     "    g, _ = tf.clip_by_global_norm(g, 1.0)\n"
+     "    opt.apply_gradients(zip(g, model.trainable_variables))\n",
+     []),
+    # ... and on `self` in a class that is no optimizer, what it inherits
+    # from another module is its own, not Keras 3's protocol.
+    ("import tensorflow as tf\n"
+     "from mytrainer import DistributedTrainer\n"
+     "class Trainer(DistributedTrainer):\n"
+     "    def step(self, tape, x, y):\n"
+     "        loss = self.scale_loss(self.model.loss(x, y))\n"
+     "        g = tape.gradient(loss, self.model.trainable_variables)\n"
+     "        g, _ = tf.clip_by_global_norm(g, 1.0)\n"
+     "        self.optimizer.apply_gradients(\n"
+     "            zip(g, self.model.trainable_variables))\n"
+     "class ScalingOptimizer(tf.keras.mixed_precision.LossScaleOptimizer):\n"
+     "    def step(self, tape, loss, vs):\n"
+     "        g = tape.gradient(self.scale_loss(loss), vs)\n"
+     "        return tf.clip_by_global_norm(g, 1.0)\n",
+     [(13, "clip-before-unscale")]),
+    # A call whose name says it clips, on the object that holds the
+    # optimizer that scaled the loss, may unscale first (an inherited
+    # `_clip`); a clip norm that is the loss scale times a number, through
+    # a name, is a clip of the scaled gradients; `while False:` never runs.
+    ("import tensorflow as tf\n"
+     "from mylib import BaseTrainer\n"
+     "class Trainer(BaseTrainer):\n"
+     "    def train_step(self, tape, loss):\n"
+     "        scaled = self.optimizer.get_scaled_loss(loss)\n"
+     "        g = self._clip(tape.gradient(scaled, self.trainable_variables))\n"
+     "        self.optimizer.apply_gradients(zip(g, self.trainable_variables))\n"
+     "def step(opt, tape, loss, vs, max_norm):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    threshold = max_norm * opt.loss_scale\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n"
+     "    while False:\n"
+     "        h = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "        h, _ = tf.clip_by_global_norm(h, 1.0)\n",
+     []),
     # A method of another object whose name says it clips is a clip; one
     # that also says it scales is not sure.
     ("def step(opt, tape, loss, vs, clipper):\n"
@@ -561,24 +610,37 @@ def test_apply_gradients_after_scale_loss_unscales_again():
         "too small.")
 
 
-def test_a_copy_of_keras3s_train_step_with_a_clip_is_reported():
-    # Review D9, decided: `scale_loss` is the identity unless the optimizer
-    # scales, as after any `scale_loss` (issue 52's everydream bug); the
-    # path is named.
-    [clip] = check.check_source(
-        "import tensorflow as tf\n"
-        "class M(keras.Model):\n"
-        "    def train_step(self, data):\n"
-        "        x, y = data\n"
-        "        with tf.GradientTape() as tape:\n"
-        "            loss = self.compute_loss(y=y, y_pred=self(x))\n"
-        "            if self.optimizer is not None:\n"
-        "                loss = self.optimizer.scale_loss(loss)\n"
-        "        grads = tape.gradient(loss, self.trainable_weights)\n"
-        "        grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
-        "        self.optimizer.apply(grads, self.trainable_weights)\n",
-        options=ONLY_NEW)
-    assert clip.line == 10
+_KERAS3_TRAIN_STEP = (
+    "import tensorflow as tf\n"
+    "class M(keras.Model):\n"
+    "    def train_step(self, data):\n"
+    "        x, y = data\n"
+    "        with tf.GradientTape() as tape:\n"
+    "            loss = self.compute_loss(y=y, y_pred=self(x))\n"
+    "            if self.optimizer is not None:\n"
+    "                loss = self.optimizer.scale_loss(loss)\n"
+    "        grads = tape.gradient(loss, self.trainable_weights)\n"
+    "        grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
+    "        self.optimizer.apply(grads, self.trainable_weights)\n")
+
+
+def test_a_clip_after_scale_loss_is_silent_where_nothing_scales():
+    # Review 2's p02, decided: `scale_loss` is the identity unless the
+    # optimizer scales, so a copy of Keras 3's own `train_step` with a clip
+    # added is a bug only where the file shows loss scaling.
+    assert _found(_KERAS3_TRAIN_STEP) == []
+
+
+@pytest.mark.parametrize("sign", [
+    "keras.mixed_precision.set_global_policy('mixed_float16')\n",
+    "opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())\n",
+    "opt = keras.optimizers.Adam(loss_scale_factor=1024.0)\n",
+])
+def test_a_copy_of_keras3s_train_step_with_a_clip_is_reported(sign):
+    # Review D9, decided: as after any `scale_loss` (issue 52's everydream
+    # bug), in a file that shows loss scaling; the path is named.
+    [clip] = check.check_source(sign + _KERAS3_TRAIN_STEP, options=ONLY_NEW)
+    assert clip.line == 11
     assert clip.message.startswith(
         "When `self.optimizer is not None` is true, `tf.clip_by_global_norm`")
 
@@ -695,6 +757,14 @@ OUTPUT_CASES = [
      "vae.add(keras.layers.Dense(4, activation='sigmoid'))\n"
      "vae.fit(x)\n",
      []),
+    # A layer built into a local name, then called: its output is the
+    # model's (review 2's misses: `head(x)` was not followed).
+    ("import tensorflow as tf\n"
+     "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+     "head = tf.keras.layers.Dense(10, activation='softmax')\n"
+     "out = head(tf.keras.layers.Dense(32, activation='relu')(inp))\n"
+     "tf.keras.Model(inp, out).compile(loss='categorical_crossentropy')\n",
+     [(3, "float16-output")]),
     # A local name that shadows a module-level model is not that model.
     ("import keras\n"
      "keras.mixed_precision.set_global_policy('mixed_float16')\n"
@@ -758,6 +828,39 @@ def test_a_bounded_or_unknown_activation_is_not_reported():
         (14, "float16-output"), (15, "float16-output")]
 
 
+_NET = (
+    "import tensorflow as tf\n"
+    "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+    "def Net(include_top=True):\n"
+    "    img = tf.keras.layers.Input((32, 32, 3))\n"
+    "    y = tf.keras.layers.Conv2D(16, 3)(img)\n"
+    "    if include_top:\n"
+    "        y = tf.keras.layers.GlobalAveragePooling2D()(y)\n"
+    "        y = tf.keras.layers.Dense(10, 'softmax', dtype='float32')(y)\n"
+    "    return tf.keras.Model(img, y)\n")
+
+
+@pytest.mark.parametrize("call, found", [
+    ("Net()", []),
+    ("Net(True)", []),
+    ("Net(include_top=False)", [(5, False)]),
+    ("Net(include_top=flag)", [(5, False)]),
+])
+def test_a_layer_last_on_some_paths_only(call, found):
+    # Review 2's D6 (tf-keras route, where a linear output is reported): a
+    # path that the call's arguments rule out (`include_top` is true by
+    # default) is not reported; a layer built on every path but last on
+    # some only is reported without a `--fix`, which would make it float32
+    # where it is an inner layer.
+    source = _NET + f"model = {call}\nmodel.compile(loss='mse')\n"
+    findings = check.check_source(source, options=check.Options(
+        select=NEW_RULES, route="tf-keras"))
+    assert [(f.line, f.fixable) for f in findings] == found
+    if found:
+        assert findings[0].message.startswith(
+            "When `include_top` is false, this model's last layer")
+
+
 def test_the_float16_output_message_names_what_reads_it_and_the_fix():
     found = check.check_source(
         "import tensorflow as tf\n"
@@ -806,6 +909,75 @@ def test_a_helper_finding_names_the_call_inside_and_the_callers_value():
         "`tf.clip_by_norm`) before they are unscaled: they are the true "
         "gradients times the loss scale (2**15 by default), so clipping "
         "them at 5.0 clips almost every one.")
+
+
+def test_a_helper_finding_names_the_default_a_call_leaves():
+    # Review 2's D7: `_clip(g)` clips at `max_norm`'s default, 5.0.
+    [clip] = check.check_source(
+        "import tensorflow as tf\n"
+        "def _clip(grads, max_norm=5.0):\n"
+        "    return tf.clip_by_global_norm(grads, max_norm)[0]\n"
+        "def step(opt, tape, loss, vs):\n"
+        "    g = _clip(tape.gradient(opt.get_scaled_loss(loss), vs))\n",
+        options=ONLY_NEW)
+    assert "so clipping them at 5.0 clips almost every one" in clip.message
+
+
+def test_a_policy_set_under_a_condition_is_named():
+    # Review 2's D7: the policy holds where `args.fp16` is true.
+    [output] = check.check_source(
+        "import tensorflow as tf\n"
+        "def main(args):\n"
+        "    if not args.fp16:\n"
+        "        pass\n"
+        "    else:\n"
+        "        tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "    m = tf.keras.Sequential([tf.keras.layers.Dense(1, 'sigmoid')])\n"
+        "    m.compile(loss='binary_crossentropy')\n", options=ONLY_NEW)
+    assert output.message.startswith(
+        "When `args.fp16` is true, this model's last layer computes in "
+        "float16 under the 'mixed_float16' policy set at line 6, ")
+    [optimizer] = check.check_source(
+        "import keras\n"
+        "if tpu:\n"
+        "    keras.mixed_precision.set_global_policy('mixed_bfloat16')\n"
+        "opt = keras.optimizers.LossScaleOptimizer(opt)\n", options=ONLY_NEW)
+    assert optimizer.message.startswith(
+        "When `tpu` is true, a dynamic loss scale under the 'mixed_bfloat16' "
+        "policy set at line 3: ")
+    # horovod's elastic Keras MNIST example: the policy is set in both
+    # branches of the inner `if` (a TF version test): only the outer one's
+    # test is where it holds.
+    [output] = check.check_source(
+        "import tensorflow as tf\n"
+        "if args.mixed:\n"
+        "    if new_tf:\n"
+        "        tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "    else:\n"
+        "        tf.keras.mixed_precision.experimental.set_policy(\n"
+        "            'mixed_float16')\n"
+        "m = tf.keras.Sequential([tf.keras.layers.Dense(1, 'sigmoid')])\n"
+        "m.compile(loss='binary_crossentropy')\n", options=ONLY_NEW)
+    assert output.message.startswith(
+        "When `args.mixed` is true, this model's last layer")
+
+
+def test_the_float16_output_message_fits_the_activation():
+    # Review 2's D7: a sigmoid is no softmax, and on tf-keras a linear
+    # output is reported because the loss computes in its dtype.
+    found = check.check_source(
+        "import tensorflow as tf\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "a = tf.keras.Sequential([tf.keras.layers.Dense(1, 'sigmoid')])\n"
+        "b = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+        "a.fit(x, y); b.fit(x, y)\n",
+        options=check.Options(select=NEW_RULES, route="tf-keras"))
+    assert [f.line for f in found] == [3, 4]
+    assert ("reads its output: the loss (sigmoid, cross-entropy) loses "
+            "precision and can overflow.") in found[0].message
+    assert ("reads its output: on tf_keras the loss computes in the "
+            "output's dtype, so it loses precision and can overflow.") in (
+        found[1].message)
 
 
 def test_the_analyses_skip_files_that_never_scale_or_set_a_policy(
@@ -932,6 +1104,7 @@ def test_sarif_and_rule_page(capsys):
 def test_messages_show_the_corrected_order():
     [clip] = check.check_source(
         "import tensorflow as tf\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
         "def step(opt, tape, loss, vs):\n"
         "    g = tape.gradient(opt.scale_loss(loss), vs)\n"
         "    g, _ = tf.clip_by_global_norm(g, 1.0)\n"

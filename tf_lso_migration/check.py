@@ -278,7 +278,7 @@ def one_note_per_rule(
 
 def notebook_cells(text: str) -> list[tuple[int, str]]:
     """The code cells of a notebook as sources, each magic a `pass` (same
-    lines)."""
+    lines); a cell magic's body blank, unless it is Python (`%%time`)."""
     cells: list[tuple[int, str]] = []
     for index, cell in enumerate(json.loads(text).get("cells", [])):
         if cell.get("cell_type") != "code":
@@ -286,35 +286,66 @@ def notebook_cells(text: str) -> list[tuple[int, str]]:
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
         lines = source.split("\n")
-        if lines[0].startswith("%%"):  # A cell magic: not Python.
-            lines = [""] * len(lines)
+        if lines[0].startswith("%%"):  # A cell magic.
+            magic = lines[0][2:].split()
+            body = lines[1:] if magic and magic[0] in _PYTHON_CELL_MAGICS else (
+                [""] * (len(lines) - 1))
+            lines = ["", *body]
         cells.append((index, "\n".join(_without_magics(lines))))
     return cells
 
 
-# What is not code on a line: strings, a comment, a string left open.
-_NOT_CODE = re.compile(r"""(["'])(?:\\.|(?!\1).)*\1|#.*|["'].*""")
+# The cell magics whose body is Python, run as the cell's code.
+_PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+# A magic's output assigned: `gpus = !nvidia-smi -L`, `t = %timeit -o f()`.
+_ASSIGNED_MAGIC = re.compile(r"\s*[\w.]+\s*=\s*[!%]")
+# Where a string or a comment starts (triple quotes first); where each
+# kind of string ends.
+_QUOTES = ("'''", '"""', "'", '"')
+_OPENS = re.compile("|".join([*_QUOTES, "#"]))
+_ENDS = {quote: re.compile(r"(?:\\.|[^\\])*?" + quote) for quote in _QUOTES}
 
 
 def _without_magics(lines: list[str]) -> Iterator[str]:
     """`lines` with each line magic, shell escape and `name?` help a `pass`
     at its indent, so that a block it is alone in stays a block.
 
-    A comment is Python, and so is a line inside brackets or after a `\\`
-    (`!= b`, `% 3`): they stay as they are.
+    A comment is Python, and so is a line inside brackets or a string
+    (a docstring's `(2 build`), or after a `\\` (`!= b`, `% 3`): they stay
+    as they are.
     """
-    depth, continued = 0, False
+    depth, quote, continued = 0, None, False
     for line in lines:
-        code = _NOT_CODE.sub("", line).strip()
-        if not depth and not continued and (
-                line.lstrip().startswith(("%", "!", "?"))
-                or code.endswith("?")):
+        top = not (depth or quote or continued)
+        code, quote = _code(line, quote)
+        code = code.strip()
+        if top and (line.lstrip().startswith(("%", "!", "?"))
+                    or code.endswith("?") or _ASSIGNED_MAGIC.match(line)):
             yield line[:len(line) - len(line.lstrip())] + "pass"
+            quote = None
             continue
         depth = max(0, depth + sum(map(code.count, "([{"))
                     - sum(map(code.count, ")]}")))
         continued = code.endswith("\\")
         yield line
+
+
+def _code(line: str, quote: str | None) -> tuple[str, str | None]:
+    """The code of `line`, less its strings and comment, and the triple
+    quote of a string it leaves open; `quote`: the one open before it."""
+    code, at = [], 0
+    while True:
+        if quote:
+            end = _ENDS[quote].match(line, at)
+            if end is None:
+                break
+            at, quote = end.end(), None
+        found = _OPENS.search(line, at)
+        code.append(line[at:found.start() if found else len(line)])
+        if found is None or found.group() == "#":
+            break
+        at, quote = found.end(), found.group()
+    return "".join(code), quote if quote and len(quote) == 3 else None
 
 
 def _check_notebook(text, path, options):

@@ -22,13 +22,17 @@ same function, or on `self` in any method of the class) takes the same
 path, and a finding on it names the condition. Where both branches make a
 value and the two differ, it is followed no further; a store to a name
 the test reads ends the path. A constant test is no path: `if False:`
-never runs, `if True:` always does.
+and `while False:` never run, `if True:` always does.
 
 Calls. A call of a function or method defined in the same file
 (`helper(g)`, `self.helper(g)`) is that function, whatever its name, and
 is followed one level down with the caller's values: what it returns,
 and what it does to them (reported at the call); two levels down, what
-it returns is not known. An optimizer named by a plain alias (`opt =
+it returns is not known. A protocol method's name called on another
+object where a class of the file has a method of that name
+(`averager.scale_loss(loss)`), or on `self` in a class that is not an
+optimizer (inherited from another module), is not the protocol, and is
+not followed. An optimizer named by a plain alias (`opt =
 self.optimizer`) is the optimizer it names. Gradients accumulated with
 `assign_add` into `tf.Variable`s held on `self` are followed into the
 method of the same class that applies them.
@@ -272,6 +276,15 @@ def _mentions_scale(nodes: Sequence[ast.AST]) -> bool:
     return False
 
 
+def _scaled_too(nodes: Sequence[ast.AST],
+                values: dict[int, Value | None]) -> bool:
+    """Whether a clip's other arguments name the loss scale, or hold a
+    value that may be it (`threshold = max_norm * opt.loss_scale`)."""
+    return _mentions_scale(nodes) or any(
+        (values.get(id(node)) or Value("")).kind == "scale"
+        for node in nodes)
+
+
 def _says_scaled(call: ast.Call) -> bool:
     """Whether a logging call labels what it logs as scaled, on purpose."""
     return any(isinstance(c, ast.Constant) and isinstance(c.value, str)
@@ -323,6 +336,7 @@ class _Flow:
         self._defs: dict[int, dict[str, _Function]] = {}
         self._parent: dict[int, ast.AST] = {}
         self._locals: dict[int, set[str]] = {}
+        self._methods: set[str] = set()  # The names of the file's methods.
         self._index(context.tree.body, context.tree)
 
     def _index(self, body: list[ast.stmt], scope: ast.AST) -> None:
@@ -331,6 +345,8 @@ class _Flow:
             if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
                 if isinstance(node, _FUNCTIONS):
                     self._defs.setdefault(id(scope), {})[node.name] = node
+                    if isinstance(scope, ast.ClassDef):
+                        self._methods.add(node.name)
                 self._parent[id(node)] = scope
                 self._index(node.body, node)
                 continue
@@ -439,6 +455,8 @@ class _Flow:
             return self._block(node.orelse, after) if after else after
         if isinstance(node, ast.While):
             self._eval(node.test, env)
+            if mp.truth(node.test) is False:  # `while False:` never runs.
+                return self._block(node.orelse, env)
             after = _merge(env, self._block(node.body, dict(env)))
             return self._block(node.orelse, after) if after else after
         if isinstance(node, (ast.With, ast.AsyncWith)):
@@ -587,12 +605,13 @@ class _Flow:
         return None
 
     def _key(self, node: ast.AST, env: _Env) -> str:
-        """Which object an expression names, aliases resolved."""
+        """Which object an expression names, aliases resolved: its dotted
+        name (`self.optimizer`), else its `ast.dump`."""
         if isinstance(node, ast.Name):
             value = env.get(node.id)
             if value is not None and value.kind == "alias":
                 return value.by
-        return ast.dump(node)
+        return mp.dotted(node) or ast.dump(node)
 
     # Expressions.
 
@@ -744,17 +763,33 @@ class _Flow:
                    env)
         method = func.attr if isinstance(func, ast.Attribute) else None
         name = self._name(func)
-        simple = len(node.args) == 1 and not node.keywords and not isinstance(
-            node.args[0], ast.Starred)
         if name in _GRADIENTS:
             method = "gradient"  # tf.gradients(ys, xs)
         followed = self._follow(node, values, env)  # The file's own first.
         if followed is not None:
             return followed[0]
-        if method in _PROTOCOL and (
-                simple or method not in ("get_scaled_loss", "scale_loss")):
+        if method in _PROTOCOL and self._is_protocol(node, method):
             return self._protocol(node, method, values, env)
         return self._library(node, name, values, env)
+
+    def _is_protocol(self, node: ast.Call, method: str) -> bool:
+        """Whether a call of a protocol method's name (not of the file's
+        own, `_follow`) is the protocol's: not where a class of the file
+        has a method of that name (`averager.scale_loss(loss)`), nor on
+        `self` in a class that is not an optimizer (a method it inherits
+        from another module); a scaling call takes the loss alone."""
+        if method in ("get_scaled_loss", "scale_loss") and not (
+                len(node.args) == 1 and not node.keywords
+                and not isinstance(node.args[0], ast.Starred)):
+            return False  # PyTorch's apex: `amp.scale_loss(loss, opt)`.
+        if not isinstance(node.func, ast.Attribute):
+            return True  # tf.gradients(ys, xs)
+        if method in self._methods:
+            return False
+        owner = self._class()
+        return mp.dotted(node.func.value) != "self" or (
+            owner is not None and any(
+                "Optimizer" in _written(base) for base in owner.bases))
 
     def _value_of(self, node: ast.Call, values: dict[int, Value | None],
                   index: int, keyword: str) -> Value | None:
@@ -916,7 +951,7 @@ class _Flow:
             return None
         others = [a for a in node.args if a is not argument] + [
             k.value for k in node.keywords if k.value is not argument]
-        if _mentions_scale(others):
+        if _scaled_too(others, values):
             return None  # A clip norm scaled as the gradients are.
         if last == "clip_by_value":
             low = self._argument(node, 1, "clip_value_min")
@@ -933,15 +968,21 @@ class _Flow:
     def _named_clip(self, node: ast.Call, values: dict[int, Value | None],
                     env: _Env) -> None:
         """A call whose name says it clips, given scaled gradients: a clip,
-        unless it is also given the scale or the optimizer that scaled the
-        loss (then it may unscale first). What it returns is not known."""
+        unless it is also given the scale, or given or called on the
+        optimizer that scaled the loss or what holds it (`self._clip(g)`
+        with `self.optimizer`): then it may unscale first. What it returns
+        is not known."""
         arguments = [*node.args, *(k.value for k in node.keywords)]
+        func = node.func
         for argument in arguments:
             grads = values.get(id(argument))
             if grads is not None and grads.scaled and grads.gradients:
                 others = [a for a in arguments if a is not argument]
-                if not _mentions_scale(others) and all(
-                        self._key(a, env) != grads.by for a in others):
+                if isinstance(func, ast.Attribute):
+                    others.append(func.value)
+                if not _scaled_too(others, values) and not any(
+                        grads.by == key or grads.by.startswith(key + ".")
+                        for key in (self._key(a, env) for a in others)):
                     self._event(node, "clip", grads)
                 return
 
@@ -1015,7 +1056,8 @@ class _Flow:
         saved = (self._function, self._depth, self._returns,
                  self._arguments, self._path, self.events)
         self._function, self._depth, self._returns = function, 1, []
-        self._arguments, self._path, self.events = arguments, frozenset(), []
+        self._arguments = {**mp.defaults(function), **arguments}
+        self._path, self.events = frozenset(), []
         try:
             if self._block(function.body, bindings) is not None:
                 self._returns.append((None, frozenset()))

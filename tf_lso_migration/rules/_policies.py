@@ -50,6 +50,18 @@ def truth(test: ast.expr) -> bool | None:
     return None
 
 
+def defaults(function: Any) -> dict[str, ast.expr]:
+    """A function's parameters that have a default, and the default."""
+    arguments = function.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    found = dict(zip(reversed([a.arg for a in positional]),
+                     reversed(arguments.defaults)))
+    found.update((a.arg, d) for a, d in zip(arguments.kwonlyargs,
+                                             arguments.kw_defaults)
+                 if d is not None)
+    return found
+
+
 def local_names(function: Any) -> set[str]:
     """A function's parameters and the names it stores."""
     arguments = function.args
@@ -243,6 +255,37 @@ def file_policy(context: rule.Context, name: str) -> PolicySet | None:
     if not sets or any(s.name != name for s in sets):
         return None
     return min(sets, key=lambda s: (s.node.lineno, s.node.col_offset))
+
+
+def policy_path(context: rule.Context, node: ast.Call,
+                policy: PolicySet) -> tuple[tuple[str, bool], ...]:
+    """Where the policy holds for `node`: the tests of the `if`s around
+    every call that sets it (`policy` and its like) and not around `node`,
+    as (test as written, holds)."""
+    around = {id(branch) for branch, _ in places(context)[id(node)].branches}
+    every = set.intersection(*({(id(branch), field) for branch, field in
+                                other.place.branches}
+                               for other in policy_sets(context)))
+    path = []
+    for branch, field in policy.place.branches:
+        if id(branch) in around or (id(branch), field) not in every or (
+                not isinstance(branch, ast.If)) or truth(
+                branch.test) is not None:
+            continue  # Around both, not around all, a `try`, a constant.
+        test, holds = branch.test, field == "body"
+        while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test, holds = test.operand, not holds
+        path.append((ast.unparse(test), holds))
+    return tuple(path)
+
+
+def phrase(path: Any) -> str:
+    """A path's (test, holds) pairs in words: "When `a` is true, "."""
+    if not path:
+        return ""
+    return "When " + " and ".join(
+        f"`{test}` is {'true' if holds else 'false'}"
+        for test, holds in path) + ", "
 
 
 def runs_under(context: rule.Context, node: ast.Call,

@@ -35,7 +35,8 @@ class Bfloat16LossScale(rule.Rule):
     Reported only where every global policy the file sets is
     `'mixed_bfloat16'`, written out, and the optimizer is not built in a
     branch that the policy is not set in, or under an `if` that asks about
-    the policy or a dtype.
+    the policy or a dtype. A policy set under an `if` that the optimizer is
+    not under is named: "When `use_tpu` is true, ...".
     """
 
     id, severity = "bfloat16-loss-scale", "warning"
@@ -49,13 +50,17 @@ class Bfloat16LossScale(rule.Rule):
         for node in ast.walk(context.tree):
             if (isinstance(node, ast.Call) and _dynamic(context, node)
                     and mp.runs_under(context, node, policy)):
-                context.report(node, self.id, (
+                when = mp.phrase(mp.policy_path(context, node, policy))
+                message = (
                     "A dynamic loss scale under the 'mixed_bfloat16' policy "
                     f"set at {context.line(policy.node.lineno)}: bfloat16 has "
                     "float32's range and needs no loss scaling, which here "
                     "costs a finite check every step and can skip steps. "
                     "Train with the inner optimizer instead (and drop "
-                    "`get_scaled_loss`/`get_unscaled_gradients`)."))
+                    "`get_scaled_loss`/`get_unscaled_gradients`).")
+                if when:
+                    message = when + message[0].lower() + message[1:]
+                context.report(node, self.id, message)
 
 
 def _dynamic(context, node):

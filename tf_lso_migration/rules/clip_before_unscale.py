@@ -3,6 +3,12 @@
 from tf_lso_migration import rule
 from tf_lso_migration.rules import _gradient_flow as flow
 
+# What shows that a file scales losses: Keras 3's `scale_loss` is the
+# identity unless the optimizer is a loss scale optimizer (or has a
+# `loss_scale_factor`).
+LOSS_SCALING = ("mixed_float16", "LossScaleOptimizer", "loss_scale_factor",
+                "get_scaled_loss", "get_unscaled_gradients", "dynamic_scale")
+
 
 @rule.register
 class ClipBeforeUnscale(rule.Rule):
@@ -23,19 +29,25 @@ class ClipBeforeUnscale(rule.Rule):
     inside) the gradients are scaled up to `apply`: set the clipping on the
     inner optimizer (`global_clipnorm=`, `clipnorm=`), which clips unscaled
     gradients. Not reported: a clip norm that is itself multiplied by the
-    loss scale, and a log call whose text says it logs a scaled value.
+    loss scale (also through a name: `threshold = max_norm *
+    opt.loss_scale`), and a log call whose text says it logs a scaled
+    value.
 
     `scale_loss` is the identity on an optimizer that is not a loss scale
-    optimizer; a clip after it is reported all the same: code calls it to
-    support loss scaling, and under `mixed_float16` Keras's `compile` makes
-    the optimizer one. So is a copy of Keras 3's own `train_step` (`if
-    self.optimizer is not None: loss = self.optimizer.scale_loss(loss)`)
-    with a clip added, on that path.
+    optimizer: a clip or a log after it is reported only in a file that
+    shows loss scaling (it names `mixed_float16`, `LossScaleOptimizer`,
+    `loss_scale_factor`, `dynamic_scale`, or TF 2.x's `get_scaled_loss` or
+    `get_unscaled_gradients`), where under `mixed_float16` Keras's
+    `compile` makes the optimizer one. A copy of Keras 3's own `train_step`
+    (`if self.optimizer is not None: loss =
+    self.optimizer.scale_loss(loss)`) with a clip added, in a file that
+    shows none, is not sure: not reported.
 
     A clip is `tf.clip_by_global_norm`, `clip_by_norm`, `clip_by_value`,
-    a call of another module whose name says it clips
-    (`agc.adaptive_clip_grad(vars, grads)`; not where it is also given the
-    optimizer, with which it may unscale first), or a function of the same
+    a call whose name says it clips, of another module or inherited from
+    one (`agc.adaptive_clip_grad(vars, grads)`, `self._clip(grads)`; not
+    where it is also given the optimizer or called on what holds it, `self`
+    with `self.optimizer`: it may unscale first), or a function of the same
     file that calls one (followed one call down). A loss scaled
     under a condition (`if self.mixed_precision:`, `... if amp else loss`)
     is followed on that condition's path, and the finding names it ("When
@@ -49,8 +61,10 @@ class ClipBeforeUnscale(rule.Rule):
     mentions = flow.MENTIONS
 
     def finish(self, context):
+        scales = context.mentions(*LOSS_SCALING)
         for event in flow.gradient_events(context):
-            if event.what in ("clip", "log"):
+            if event.what in ("clip", "log") and (
+                    scales or event.protocol != flow.KERAS3):
                 context.report(event.node, self.id, _message(event))
 
 

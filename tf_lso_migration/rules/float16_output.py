@@ -7,8 +7,9 @@ The models of a file are followed statement by statement in each function
 calls, a subclass of `keras.Model` through its `call`, a function of the
 file that returns one), and what reads their output: `compile(loss=...)`,
 `fit`, or a loss called on `model(x)`. An `if` makes one alternative per
-branch, each reported with its condition; after a loop, what the loop
-changed is not followed.
+branch, each reported with its condition, less those that the call of a
+function of the file rules out (`Net()` of `def Net(include_top=True)`);
+after a loop, what the loop changed is not followed.
 """
 
 from __future__ import annotations
@@ -63,14 +64,17 @@ class Float16Output(rule.Rule):
     A model is a `Sequential` (its list of layers, or the layers `add`ed),
     a `Model(inputs, outputs)` whose outputs come from layer calls (`x =
     Dense(10)(x)`, also under `if include_top:`, reported with its
-    condition), a subclass of `keras.Model` (what its `call` returns), or
-    what a function of the same file returns; its output is read by a loss
+    condition, unless the call that builds it rules that path out: `Net()`
+    of `def Net(include_top=True)`), a subclass of `keras.Model` (what its
+    `call` returns), or what a function of the same file returns; its
+    output is read by a loss
     where the file compiles it with a loss, fits it, or calls a loss on
     `model(x)`. A cast of that output to float32 (`tf.cast(x,
     tf.float32)`, a float32 last layer) is what the guide asks for.
 
     Reported only where every global policy the file sets is
-    `'mixed_float16'`, written out. Not reported: a model whose output no
+    `'mixed_float16'`, written out (set under an `if`, the finding names
+    its test). Not reported: a model whose output no
     loss reads (an encoder feeding another model's head, a GAN's
     generator), a model ending in another kind of layer than a dense,
     convolution or activation layer (pooling: features), a layer with a
@@ -84,8 +88,11 @@ class Float16Output(rule.Rule):
     float32 first (the guide still advises float32 there); on the tf-keras
     route, where losses compute in the output's dtype, it is. `--fix` adds
     `dtype="float32"` to a last layer built where the model is; where the
-    layer is built elsewhere (`self.out = Dense(...)`) or the output is an
-    op (`tf.nn.softmax(x)`), the message shows the corrected code.
+    layer is built elsewhere (`self.out = Dense(...)`, `head =
+    Dense(...)`, then `head(x)`), is last on some
+    paths only (built before an `if include_top:` that adds more), or the
+    output is an op (`tf.nn.softmax(x)`), the message shows the corrected
+    code.
     """
 
     id, severity = "float16-output", "warning"
@@ -132,14 +139,15 @@ class Alternative:
         inline: Whether the layer is built where the model is (so that
             `--fix` can give it a dtype); False for a layer built elsewhere
             and for an op.
-        linear: Whether it outputs no probabilities (logits, a regression):
-            reported only where losses compute in the output's dtype.
+        activation: What it computes: `softmax`, `sigmoid`, `log_softmax`,
+            or `linear` (no probabilities: logits, a regression; reported
+            only where losses compute in the output's dtype).
     """
 
     node: ast.Call | None
     when: tuple[tuple[str, bool], ...] = ()
     inline: bool = False
-    linear: bool = False
+    activation: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +169,8 @@ class Model:
 
 @dataclasses.dataclass(frozen=True)
 class Layer:
-    """A layer built here and named (`self.out = Dense(10)`)."""
+    """A layer built here and named (`self.out = Dense(10)`, `head =
+    Dense(10)`)."""
 
     node: ast.Call
 
@@ -180,12 +189,14 @@ class Output:
         inline: Whether `--fix` gives the layer a dtype.
         reader: What reads it, in words ("the loss given to
             `model.compile` (line 40)").
+        activation: What it computes (`Alternative.activation`).
     """
 
     node: ast.Call
     when: tuple[tuple[str, bool], ...]
     inline: bool
     reader: str
+    activation: str
 
 
 def float16_outputs(context: rule.Context,
@@ -201,12 +212,15 @@ def float16_outputs(context: rule.Context,
                 continue  # Fit with `add_loss` only: what it reads is not sure.
             for alternative in model.alternatives:
                 node = alternative.node
-                if alternative.linear and context.route == "keras3":
+                if alternative.activation == "linear" and (
+                        context.route == "keras3"):
                     continue  # Keras 3's losses read it in float32.
                 if (node is not None and id(node) not in found
                         and mp.runs_under(context, node, policy)):
-                    found[id(node)] = Output(node, alternative.when,
-                                             alternative.inline, reader)
+                    found[id(node)] = Output(
+                        node, mp.policy_path(context, node, policy)
+                        + alternative.when, alternative.inline, reader,
+                        alternative.activation)
         notes["outputs"] = sorted(found.values(), key=lambda o: (
             o.node.lineno, o.node.col_offset))
     return notes["outputs"]
@@ -225,15 +239,15 @@ def _message(context, policy, output):
         instead = f"Give it `dtype='float32'`: `{_with_dtype(node)}`"
         fixed = output.inline and context.fixes
         instead += " (`--fix` does)." if fixed else "."
+    loses = ("on tf_keras the loss computes in the output's dtype, so it"
+             if output.activation == "linear"
+             else f"the loss ({output.activation}, cross-entropy)")
     text = (f"{what} under the 'mixed_float16' policy set at "
             f"{context.line(policy.node.lineno)}, and {output.reader} reads "
-            "its output: the loss (softmax, cross-entropy) loses precision "
-            f"and can overflow. {instead}").rstrip()
-    if not output.when:
-        return text
-    when = " and ".join(f"`{test}` is {'true' if holds else 'false'}"
-                        for test, holds in output.when)
-    return f"When {when}, {text[0].lower()}{text[1:]}"
+            f"its output: {loses} loses precision and can overflow. "
+            f"{instead}").rstrip()
+    when = mp.phrase(output.when)
+    return when + text[0].lower() + text[1:] if when else text
 
 
 def _cast(node):
@@ -441,7 +455,7 @@ class _Models:
             second = self._block(node.orelse, env, returns)
             if not holds:
                 first, second = second, first
-            return _merge(first, second, ast.unparse(test))
+            return _merge(first, second, ast.unparse(test), env)
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             self._eval(node.test if isinstance(node, ast.While)
                        else node.iter, env)
@@ -502,11 +516,13 @@ class _Models:
         self._loss_call(node, func, [*arguments, *keywords.values()])
         if isinstance(receiver, Model):  # model(x)
             return Tensor(receiver.alternatives, receiver)
-        if isinstance(receiver, Layer):  # self.out(x), head(x)
-            return Tensor((_layer(self._context, receiver.node, False),))
         if isinstance(func, ast.Call) and _layer_class(self._context,
                                                        func.func):
             return Tensor((_layer(self._context, func, True),))  # Dense()(x)
+        if isinstance(receiver, Layer):  # self.out(x), head(x)
+            return Tensor((_layer(self._context, receiver.node, False),))
+        if _layer_class(self._context, func):  # head = Dense(10)
+            return Layer(node)
         name = mp.behaviour(self._context, func)
         if name is not None and name.rpartition(".")[2] == "cast":
             dtype = node.args[1] if len(node.args) > 1 else next(
@@ -516,7 +532,8 @@ class _Models:
         if name in _ACTIVATIONS and arguments and isinstance(arguments[0],
                                                              Tensor):
             if any(a.node is not None for a in arguments[0].alternatives):
-                return Tensor((Alternative(node),))
+                return Tensor((Alternative(
+                    node, activation=name.rpartition(".")[2]),))
             return arguments[0]
         if name in _SEQUENTIAL:
             layers = node.args[0] if node.args else next(
@@ -539,7 +556,8 @@ class _Models:
             if isinstance(found, ast.ClassDef):
                 return self._subclass(found)
             returned = self._function(found)
-            return returned if isinstance(returned, Model) else None
+            if isinstance(returned, Model):
+                return _given(returned, found, node)
         return None
 
     def _last(self, node: ast.AST, env: _Env) -> tuple[Alternative, ...]:
@@ -618,7 +636,7 @@ def _layer(context, node, inline):
     activation = _activation(context, node, kind)
     if activation != "linear" and activation not in _PROBABILITIES:
         return Alternative(None)
-    return Alternative(node, (), inline, linear=activation == "linear")
+    return Alternative(node, (), inline, activation)
 
 
 def _activation(context, node, kind):
@@ -639,9 +657,9 @@ def _activation(context, node, kind):
     return name
 
 
-def _merge(first, second, test=None):
+def _merge(first, second, test=None, before=None):
     """What holds after either of two paths; with `test`, the first is
-    where it holds."""
+    where it holds, and `before` what held before the `if`."""
     if first is None:
         return second
     if second is None:
@@ -652,19 +670,22 @@ def _merge(first, second, test=None):
         if one == other:
             merged[name] = one
         elif test is not None:
-            value = _either(one, other, test)
+            value = _either(one, other, test, (before or {}).get(name))
             if value is not None:
                 merged[name] = value
     return merged
 
 
-def _either(one, other, test):
-    """One value for `one` where `test` holds and `other` where not."""
+def _either(one, other, test, before):
+    """One value for `one` where `test` holds and `other` where not. What
+    one path keeps from `before` is built on both: its layer is last on
+    this path only, so `--fix` does not give it a dtype."""
     kinds = {type(v) for v in (one, other) if v is not None}
     if len(kinds) != 1 or Layer in kinds:
         return None
     alternatives = tuple(  # The outer `if`'s test first.
-        dataclasses.replace(a, when=((test, holds), *a.when))
+        dataclasses.replace(a, when=((test, holds), *a.when),
+                            inline=a.inline and value != before)
         for value, holds in ((one, True), (other, False)) if value is not None
         for a in value.alternatives)
     if kinds == {Model}:
@@ -672,3 +693,26 @@ def _either(one, other, test):
         return Model(alternatives, node)
     models = {v.model for v in (one, other) if v is not None}
     return Tensor(alternatives, models.pop() if len(models) == 1 else None)
+
+
+def _given(model, function, call):
+    """`model`, which `function` returns, less what is on a path that
+    `call` rules out: `Net()` of `def Net(include_top=True)` has no path
+    where `include_top` is false (a parameter the function never stores,
+    given or left to a constant)."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords):
+        return model
+    arguments = function.args
+    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+    given = mp.defaults(function)
+    given.update(zip(positional, call.args))
+    given.update((k.arg, k.value) for k in call.keywords)
+    stored = {name for statement in function.body
+              for name in mp.names_stored(statement)}
+    truth = {name: mp.truth(value) for name, value in given.items()
+             if name not in stored}
+    return dataclasses.replace(model, alternatives=tuple(
+        a for a in model.alternatives
+        if all(truth.get(test, holds) in (holds, None)
+               for test, holds in a.when)))

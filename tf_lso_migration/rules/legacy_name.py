@@ -49,11 +49,16 @@ class LegacyName(rule.Rule):
     is valid Keras 3 code: it is reported only where the file uses what
     Keras 3's class lacks (`dynamic=`, `loss_scale=`, a bool or a string as
     its second positional argument, `get_scaled_loss`,
-    `get_unscaled_gradients`, `dynamic_counter`; not inside an `if
-    hasattr(opt, 'get_scaled_loss'):`, code written for both classes), and
-    on the tf_keras route never (there it is tf_keras's own, TF 2.4's
-    class). A number there is Keras 3's `initial_scale`: not reported, and
-    where the file is reported otherwise, `--fix` leaves the name.
+    `get_unscaled_gradients`, `dynamic_counter`), and on the tf_keras route
+    never (there it is tf_keras's own, TF 2.4's class). A number there is
+    Keras 3's `initial_scale`: not reported, and where the file is reported
+    otherwise, `--fix` leaves the name. Code written for both classes is no
+    evidence: TF 2.4's methods on an object the file also calls Keras 3's
+    `scale_loss` on (a version test picks one), under an `if` that names
+    the method as a string (`hasattr(opt, 'get_scaled_loss')`, `getattr(opt,
+    'get_scaled_loss', None)`), or in a `try` that catches AttributeError;
+    nor is a method the file defines itself (`amp.get_scaled_loss(loss)`,
+    where the file's own class has one).
 
     In a file that calls `tf_lso.install()`, the names it provides work as
     written after that call (after it in the same function, or in any
@@ -138,9 +143,7 @@ class LegacyName(rule.Rule):
                        f"which {evidence}: TF 2.4's class is "
                        "`tf_lso.LossScaleOptimizer`.")
         if installed:
-            message += (" It runs before `tf_lso.install()` "
-                        f"({context.line(install.lineno)}), which provides "
-                        "it.")
+            message += _before_install(install, node, context)
         elif install is not None:
             message += (f" `tf_lso.install()` ({context.line(install.lineno)})"
                         " does not provide TF's private modules.")
@@ -195,18 +198,26 @@ def _tf24_evidence(context):
     2.4's has, as the end of a sentence about Keras 3's class ("has no
     `get_scaled_loss` (line 30)"), or None; found once per file.
 
-    Not evidence: what an `if` that asks `hasattr(opt, "get_scaled_loss")`
-    holds (code written for both classes), and a second positional
-    argument other than a bool or a string (Keras 3's `initial_scale`, or
-    not sure). `notes["keras3_call"]`: the first call that passes one.
+    Not evidence, in code written for both classes: what asks which class
+    it has holds (`_unguarded`), and a TF 2.4 method of an object that the
+    file also calls Keras 3's `scale_loss` on. Nor a method of the file's
+    own (`amp.get_scaled_loss`, where the file defines one), nor a second
+    positional argument other than a bool or a string (Keras 3's
+    `initial_scale`, or not sure). `notes["keras3_call"]`: the first call
+    that passes one.
     """
     notes = context.notes["legacy-name"]
     if "evidence" in notes:
         return notes["evidence"]
+    both = {ast.unparse(node.value) for node in ast.walk(context.tree)
+            if isinstance(node, ast.Attribute) and node.attr == "scale_loss"}
+    own = {node.name for node in ast.walk(context.tree)
+           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found, keras3 = [], []
     for node in _unguarded(context.tree):
         if isinstance(node, ast.Attribute) and isinstance(
-                node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES:
+                node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES and (
+                node.attr not in own) and ast.unparse(node.value) not in both:
             found.append((node, f"has no `{node.attr}`"))
         elif isinstance(node, ast.Call) and (
                 context.resolve(node.func) or ("",))[0] == KERAS3_LSO:
@@ -235,17 +246,22 @@ def _first(found):
 
 
 def _unguarded(tree):
-    """The nodes of `tree`, less what an `if` that asks `hasattr(x,
-    "<a TF 2.4 method>")` holds (and the test)."""
+    """The nodes of `tree`, less those of an `if` whose test names a TF 2.4
+    method as a string (`hasattr(opt, "get_scaled_loss")`, `getattr(opt,
+    "get_scaled_loss", None)`) and of a `try` that catches AttributeError:
+    code that asks which class it has."""
     pending = [tree]
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.If, ast.IfExp)) and any(
-                isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                and call.func.id == "hasattr" and len(call.args) == 2
-                and isinstance(call.args[1], ast.Constant)
-                and call.args[1].value in _TF24_ATTRIBUTES
-                for call in ast.walk(node.test)):
+                isinstance(name, ast.Constant)
+                and name.value in _TF24_ATTRIBUTES
+                for name in ast.walk(node.test)):
+            continue
+        if isinstance(node, ast.Try) and any(
+                isinstance(name, ast.Name) and name.id == "AttributeError"
+                for handler in node.handlers if handler.type is not None
+                for name in ast.walk(handler.type)):
             continue
         yield node
         pending.extend(ast.iter_child_nodes(node))
@@ -273,6 +289,17 @@ def _runs_after(install, node, context):
         return True
     return scopes[id(node)] is where and (
         (install.lineno, install.col_offset) < (node.lineno, node.col_offset))
+
+
+def _before_install(install, node, context):
+    """Why `node`, which `install` provides, is not known to run after it."""
+    line = context.line(install.lineno)
+    scopes = _scopes(context)
+    if scopes[id(node)] is scopes[id(install)]:
+        return f" It runs before `tf_lso.install()` ({line}), which provides it."
+    return (" It is not in the function that calls `tf_lso.install()` "
+            f"({line}), which provides it, so it is not known to run after "
+            "that call.")
 
 
 def _scopes(context):
@@ -368,7 +395,6 @@ def _transformer(cst, names, unprovided, lines, route):
             super().__init__()
             self.replace = {}
             self.needs_tf_lso = False
-            self.has_tf_lso = False
             # Local names whose rewritten uses need `import tf_lso`.
             self.heads = set()
 
@@ -421,8 +447,6 @@ def _transformer(cst, names, unprovided, lines, route):
             aliases = []
             for alias in statement.names:
                 name = _dotted(alias.name, cst)
-                if name == "tf_lso":
-                    self.has_tf_lso = True
                 new = self._new(original, legacy_names.canonical(name))
                 local = None if alias.asname is None else (
                     alias.asname.name.value)
@@ -432,7 +456,6 @@ def _transformer(cst, names, unprovided, lines, route):
                     # `import tensorflow.keras...experimental` binds
                     # `tensorflow`; keep that, and bind `tf_lso` for the
                     # rewritten uses.
-                    self.has_tf_lso = True
                     aliases.append(alias.with_changes(
                         name=cst.Name(name.split(".")[0]),
                         comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
@@ -518,7 +541,10 @@ def _add_import(module, heads, cst):
     Right after the first top-level statement that imports one of `heads`
     (the names the rewritten references start with): every use of those
     comes after it. If they are imported only inside functions, after the
-    last top-level import (or the docstring).
+    last top-level import (or the docstring). Not where a top-level `import
+    tf_lso` comes before that place, or after it with only imports between:
+    an import inside a function, or under another name, binds no
+    module-level `tf_lso`.
     """
     body = list(module.body)
     position = next((index + 1 for index, statement in enumerate(body)
@@ -533,6 +559,12 @@ def _add_import(module, heads, cst):
                     statement.body[0], cst.Expr) and isinstance(
                     statement.body[0].value, cst.SimpleString):
                 position = 1  # After the module docstring.
+    bound = next((index for index, statement in enumerate(body)
+                  if _is_import(statement, cst)
+                  and _binds(statement, {"tf_lso"}, cst)), None)
+    if bound is not None and all(_is_import(statement, cst)
+                                 for statement in body[position:bound]):
+        return module
     body.insert(position, cst.parse_statement("import tf_lso\n"))
     return module.with_changes(body=body)
 
@@ -544,6 +576,6 @@ def _fix_module(module, tree, cst, lines, route):
                                lines, route)
     module = cst.metadata.MetadataWrapper(
         module, unsafe_skip_copy=True).visit(transformer)
-    if transformer.needs_tf_lso and not transformer.has_tf_lso:
+    if transformer.needs_tf_lso:
         module = _add_import(module, transformer.heads, cst)
     return module
