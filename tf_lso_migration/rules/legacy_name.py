@@ -9,6 +9,7 @@ used through (`rule.unprovided_aliases`).
 """
 
 import ast
+import itertools
 
 from tf_lso_migration import legacy_names
 from tf_lso_migration import rule
@@ -535,38 +536,112 @@ def _is_import(statement, cst):
         statement.body[0], (cst.Import, cst.ImportFrom))
 
 
-def _add_import(module, heads, cst):
-    """`module` with `import tf_lso` where the rewritten names can see it.
+def _reads_module_tf_lso(module, cst):
+    """For each function of `module`, in order: whether it reads `tf_lso`
+    without importing it (the module's name)."""
+    flags = []
 
-    Right after the first top-level statement that imports one of `heads`
-    (the names the rewritten references start with): every use of those
-    comes after it. If they are imported only inside functions, after the
-    last top-level import (or the docstring). Not where a top-level `import
-    tf_lso` comes before that place, or after it with only imports between:
-    an import inside a function, or under another name, binds no
-    module-level `tf_lso`.
+    class Functions(cst.CSTVisitor):
+        def visit_FunctionDef(self, node):
+            flags.append(_reads(node, "tf_lso", cst)
+                         and not _binds(node, {"tf_lso"}, cst))
+
+    module.visit(Functions())
+    return flags
+
+
+def _reads(node, name, cst):
+    """Whether `node` has the name `name` outside its imports."""
+    found = []
+
+    class Names(cst.CSTVisitor):
+        def visit_Import(self, node):
+            return False
+
+        def visit_ImportFrom(self, node):
+            return False
+
+        def visit_Name(self, node):
+            found.append(node.value)
+
+    node.visit(Names())
+    return name in found
+
+
+def _add_import(module, heads, cst, reads_module_tf_lso):
+    """`module` with `import tf_lso` right after each import of one of
+    `heads` (the names the rewritten references start with), in its block:
+    whatever binds those names binds `tf_lso` too, before the uses (at the
+    module's level, in an `if`, `try` or `with`, or in a function).
+
+    Not where the block imports `tf_lso` before it, or right after it (only
+    imports between); nor in a function that reads the module's `tf_lso`
+    (`reads_module_tf_lso`, one flag per function): an import there would
+    make `tf_lso` the function's own name, unbound before that import.
     """
-    body = list(module.body)
-    position = next((index + 1 for index, statement in enumerate(body)
-                     if _binds(statement, heads, cst)), None)
-    if position is None:
-        position = 0
-        for index, statement in enumerate(body):
-            if _is_import(statement, cst):
-                position = index + 1
-            elif position == 0 and index == 0 and isinstance(
-                    statement, cst.SimpleStatementLine) and isinstance(
-                    statement.body[0], cst.Expr) and isinstance(
-                    statement.body[0].value, cst.SimpleString):
-                position = 1  # After the module docstring.
-    bound = next((index for index, statement in enumerate(body)
-                  if _is_import(statement, cst)
-                  and _binds(statement, {"tf_lso"}, cst)), None)
-    if bound is not None and all(_is_import(statement, cst)
-                                 for statement in body[position:bound]):
-        return module
-    body.insert(position, cst.parse_statement("import tf_lso\n"))
-    return module.with_changes(body=body)
+    line = cst.parse_statement("import tf_lso\n")
+
+    def after_imports(statements):
+        """Small statements with `import tf_lso` after each that binds one
+        of `heads` (`import tensorflow as tf; opt = tf...`)."""
+        added = []
+        for statement in statements:
+            added.append(statement)
+            if _binds(statement, heads, cst):
+                added.append(line.body[0])
+        return added
+
+    def bound(before, after):
+        """Whether `before` (up to the import, with what was added), or the
+        imports that start `after`, bind `tf_lso`."""
+        around = [*before, *itertools.takewhile(
+            lambda statement: _is_import(statement, cst), after)]
+        return any(_is_import(statement, cst)
+                   and _binds(statement, {"tf_lso"}, cst)
+                   for statement in around)
+
+    class Add(cst.CSTTransformer):
+        def __init__(self):
+            super().__init__()
+            self.functions = iter(reads_module_tf_lso)
+            self.skip = [False]  # For each function entered: leave it.
+
+        def visit_FunctionDef(self, node):
+            self.skip.append(next(self.functions))
+
+        def leave_FunctionDef(self, original_node, updated_node):
+            self.skip.pop()
+            return updated_node
+
+        def leave_Module(self, original_node, updated_node):
+            return updated_node.with_changes(body=self.body(updated_node.body))
+
+        def leave_IndentedBlock(self, original_node, updated_node):
+            return updated_node.with_changes(body=self.body(updated_node.body))
+
+        def leave_SimpleStatementSuite(self, original_node, updated_node):
+            if self.skip[-1]:
+                return updated_node
+            return updated_node.with_changes(
+                body=after_imports(updated_node.body))
+
+        def body(self, body):
+            if self.skip[-1]:
+                return body
+            added = []
+            for index, statement in enumerate(body):
+                if not (isinstance(statement, cst.SimpleStatementLine)
+                        and _binds(statement, heads, cst)
+                        and not bound([*added, statement], body[index + 1:])):
+                    added.append(statement)
+                elif len(statement.body) == 1:
+                    added.extend((statement, line))
+                else:
+                    added.append(statement.with_changes(
+                        body=after_imports(statement.body)))
+            return added
+
+    return module.visit(Add())
 
 
 def _fix_module(module, tree, cst, lines, route):
@@ -574,8 +649,10 @@ def _fix_module(module, tree, cst, lines, route):
     transformer = _transformer(cst, names,
                                rule.unprovided_aliases(tree, names),
                                lines, route)
+    reads_module_tf_lso = _reads_module_tf_lso(module, cst)
     module = cst.metadata.MetadataWrapper(
         module, unsafe_skip_copy=True).visit(transformer)
     if transformer.needs_tf_lso:
-        module = _add_import(module, transformer.heads, cst)
+        module = _add_import(module, transformer.heads, cst,
+                             reads_module_tf_lso)
     return module
