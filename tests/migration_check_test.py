@@ -925,6 +925,82 @@ LOSS_SCALE_OPTIMIZER_CASES = [
      "other.scale_loss(loss)\n"
      "opt.get_scaled_loss(loss)\n",
      [(2, 7, "legacy-name")]),
+    # Evidence is what the object built from Keras 3's class gets: a name
+    # or attribute the file binds to it (wrapped in place, or under a
+    # flag), or a model's `optimizer` where `compile` is given it ...
+    ("import tensorflow as tf\n"
+     "class Trainer:\n"
+     "    def __init__(self, mixed):\n"
+     "        self.opt = tf.keras.optimizers.Adam()\n"
+     "        if mixed:\n"
+     "            self.opt = tf.keras.mixed_precision.LossScaleOptimizer(\n"
+     "                self.opt)\n"
+     "    def step(self, loss):\n"
+     "        if self.mixed:\n"
+     "            loss = self.opt.get_scaled_loss(loss)\n"
+     "        return loss\n",
+     [(6, 24, "legacy-name")]),
+    ("import tensorflow as tf\n"
+     "class Net(tf.keras.Model):\n"
+     "    def train_step(self, data):\n"
+     "        return self.optimizer.get_scaled_loss(self.compute_loss(data))\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())\n"
+     "Net().compile(optimizer=opt, loss='mse')\n",
+     [(5, 7, "legacy-name")]),
+    # ... not what another object gets (review 3's D2): tf_lso's or
+    # tf_keras's, a parameter or an alias of the same name ...
+    ("import keras\n"
+     "import tf_lso\n"
+     "fit_opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "loop_opt = tf_lso.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "scaled = loop_opt.get_scaled_loss(loss)\n",
+     []),
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def unscale(opt, grads):\n"
+     "    return opt.get_unscaled_gradients(grads)\n",
+     []),
+    ("import tensorflow as tf\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())\n"
+     "class Trainer(tf.keras.Model):\n"
+     "    def train_step(self, data):\n"
+     "        optimizer = self.optimizer\n"
+     "        return optimizer.get_scaled_loss(self.compute_loss(data))\n",
+     []),
+    # ... nor what code that asks which class it has holds: after an early
+    # return, under a version test or `isinstance`, in a `try` that
+    # catches every error.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def unscale(grads):\n"
+     "    if not hasattr(opt, 'get_unscaled_gradients'):\n"
+     "        return grads\n"
+     "    return opt.get_unscaled_gradients(grads)\n",
+     []),
+    ("import keras\n"
+     "import tensorflow as tf\n"
+     "LEGACY = int(tf.__version__.split('.')[1]) < 16\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD())\n"
+     "def unscale(grads):\n"
+     "    if LEGACY:\n"
+     "        return opt.get_unscaled_gradients(grads)\n"
+     "    return grads\n",
+     []),
+    ("import keras\n"
+     "import tf_lso\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def scale(loss):\n"
+     "    if isinstance(opt, tf_lso.LossScaleOptimizer):\n"
+     "        return opt.get_scaled_loss(loss)\n"
+     "    return loss\n",
+     []),
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "try:\n"
+     "    scaled = opt.get_scaled_loss(loss)\n"
+     "except Exception:\n"
+     "    scaled = loss\n",
+     []),
 ]
 
 

@@ -27,9 +27,9 @@ _TF24_KEYWORDS = ("dynamic", "loss_scale")
 @rule.register
 class LegacyName(rule.Rule):
     """a TF 2.1-2.4 mixed-precision name that TensorFlow 2.16+ no longer
-    has (or, for `tf.keras.mixed_precision.LossScaleOptimizer` used with
-    TF 2.4's API, has with Keras 3's different one); `--fix` rewrites it to
-    tf_lso's where tf_lso provides it
+    has (or, for `tf.keras.mixed_precision.LossScaleOptimizer` whose object
+    the file uses with TF 2.4's API, has with Keras 3's different one);
+    `--fix` rewrites it to tf_lso's where tf_lso provides it
 
     TF 2.1-2.3's `tf.keras.mixed_precision.experimental` module and the
     loss scale classes `tf.mixed_precision.experimental.*` and
@@ -47,19 +47,25 @@ class LegacyName(rule.Rule):
     replace it by hand. `tf.keras.mixed_precision.LossScaleOptimizer` (also
     spelled `keras.mixed_precision.LossScaleOptimizer`) is Keras 3's class
     on TensorFlow 2.16+, and `LossScaleOptimizer(opt, initial_scale=1024)`
-    is valid Keras 3 code: it is reported only where the file uses what
-    Keras 3's class lacks (`dynamic=`, `loss_scale=`, a bool or a string as
-    its second positional argument, `get_scaled_loss`,
-    `get_unscaled_gradients`, `dynamic_counter`), and on the tf_keras route
-    never (there it is tf_keras's own, TF 2.4's class). A number there is
-    Keras 3's `initial_scale`: not reported, and where the file is reported
-    otherwise, `--fix` leaves the name. Code written for both classes is no
-    evidence: TF 2.4's methods on an object the file also calls Keras 3's
-    `scale_loss` on (a version test picks one), under an `if` that names
-    the method as a string (`hasattr(opt, 'get_scaled_loss')`, `getattr(opt,
-    'get_scaled_loss', None)`), or in a `try` that catches AttributeError;
-    nor is a method the file defines itself (`amp.get_scaled_loss(loss)`,
-    where the file's own class has one).
+    is valid Keras 3 code: it is reported only where the file gives the
+    call, or the object it builds, what Keras 3's class lacks (`dynamic=`,
+    `loss_scale=`, a bool or a string as its second positional argument;
+    `get_scaled_loss`, `get_unscaled_gradients`, `dynamic_counter`), and on
+    the tf_keras route never (there it is tf_keras's own, TF 2.4's class).
+    A number there is Keras 3's `initial_scale`: not reported, and where
+    the file is reported otherwise, `--fix` leaves the name. A method
+    counts only on a name or attribute that the file binds to that object
+    (`opt = LossScaleOptimizer(opt)`, `self.opt = ...`: a name in its
+    function, else in the module), or on a model's `optimizer` where
+    `compile` is given it; not on one that the file also binds to tf_lso's
+    or tf_keras's class, nor on a parameter, an alias (`optimizer =
+    self.optimizer`) or an object of the file's own class. Nor in code
+    written for both classes: on an object the file also calls Keras 3's
+    `scale_loss` on, under an `if` that asks which class or version it has
+    (`hasattr`, `getattr`, `isinstance`, the method's name as a string,
+    `tf.__version__`, or a name set from one of those: `if KERAS3:`), after
+    such an `if` that returns or raises, or in a `try` that catches
+    AttributeError (or every error). Where it is not sure, it is silent.
 
     In a file that calls `tf_lso.install()`, the names it provides work as
     written after that call (after it in the same function, or in any
@@ -199,29 +205,27 @@ def _tf24_evidence(context):
     2.4's has, as the end of a sentence about Keras 3's class ("has no
     `get_scaled_loss` (line 30)"), or None; found once per file.
 
-    Not evidence, in code written for both classes: what asks which class
-    it has holds (`_unguarded`), and a TF 2.4 method of an object that the
-    file also calls Keras 3's `scale_loss` on. Nor a method of the file's
-    own (`amp.get_scaled_loss`, where the file defines one), nor a second
-    positional argument other than a bool or a string (Keras 3's
-    `initial_scale`, or not sure). `notes["keras3_call"]`: the first call
-    that passes one.
+    A TF 2.4 method counts on the object built from Keras 3's class only
+    (`_holds_keras3`), not in code that asks which class it has
+    (`_unguarded`), and not on an object that the file also calls Keras 3's
+    `scale_loss` on (code for both). A second positional argument other
+    than a bool or a string is no evidence (Keras 3's `initial_scale`, or
+    not sure). `notes["keras3_call"]`: the first call that passes one.
     """
     notes = context.notes["legacy-name"]
     if "evidence" in notes:
         return notes["evidence"]
     both = {ast.unparse(node.value) for node in ast.walk(context.tree)
             if isinstance(node, ast.Attribute) and node.attr == "scale_loss"}
-    own = {node.name for node in ast.walk(context.tree)
-           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found, keras3 = [], []
     for node in _unguarded(context.tree):
         if isinstance(node, ast.Attribute) and isinstance(
                 node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES and (
-                node.attr not in own) and ast.unparse(node.value) not in both:
+                ast.unparse(node.value) not in both) and _holds_keras3(
+                node.value, context):
             found.append((node, f"has no `{node.attr}`"))
-        elif isinstance(node, ast.Call) and (
-                context.resolve(node.func) or ("",))[0] == KERAS3_LSO:
+        elif isinstance(node, ast.Call) and _built(node, context) == [
+                KERAS3_LSO]:
             for keyword in node.keywords:
                 if keyword.arg in _TF24_KEYWORDS:
                     found.append((node, f"takes no `{keyword.arg}=`"))
@@ -246,26 +250,144 @@ def _first(found):
                default=None)
 
 
+def _holds_keras3(receiver, context):
+    """Whether `receiver` (`opt`, `self._opt`, `model.optimizer`) holds the
+    object built from Keras 3's class, by what the file binds to it: some
+    assignment builds one, and none builds tf_lso's or tf_keras's class. A
+    name is looked up in its function, then the enclosing ones, then the
+    module (a parameter of that name is another object); an attribute in
+    the whole file. A model's `optimizer` that the file never assigns
+    holds it where `compile` is given it."""
+    values = _bound(receiver, context)
+    if values is not None:
+        return _keras3(values, context)
+    return (isinstance(receiver, ast.Attribute)
+            and receiver.attr == "optimizer" and _compiled_keras3(context))
+
+
+def _keras3(values, context):
+    built = [name for value in values for name in _built(value, context)]
+    return KERAS3_LSO in built and not any(
+        name.startswith(("tf_lso.", "tf_keras.")) for name in built)
+
+
+def _built(value, context):
+    """The dotted names of what `value` may build (both sides of an `if`
+    expression; "" for what is not a call)."""
+    if isinstance(value, ast.IfExp):
+        return _built(value.body, context) + _built(value.orelse, context)
+    if isinstance(value, ast.Call):
+        return [(context.resolve(value.func) or ("",))[0]]
+    return [""]
+
+
+def _compiled_keras3(context):
+    """Whether a `compile` call of the file is given the object built from
+    Keras 3's class (as its first argument or `optimizer=`); found once."""
+    notes = context.notes["legacy-name"]
+    if "compiled" not in notes:
+        notes["compiled"] = any(
+            _keras3(_bound(given, context) or [given], context)
+            for node in ast.walk(context.tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "compile"
+            for given in [*node.args[:1], *(keyword.value
+                                            for keyword in node.keywords
+                                            if keyword.arg == "optimizer")])
+    return notes["compiled"]
+
+
+def _bound(receiver, context):
+    """The values bound to `receiver` (None in a value: not an assignment's,
+    a parameter say), or None if the file binds nothing to it."""
+    bindings = _bindings(context)
+    if isinstance(receiver, ast.Attribute):
+        return bindings.get((None, ast.unparse(receiver)))
+    if not isinstance(receiver, ast.Name):
+        return None
+    scopes, scope = _scopes(context), _scopes(context)[id(receiver)]
+    while (scope, receiver.id) not in bindings and scope is not context.tree:
+        scope = scopes[id(scope)]
+    return bindings.get((scope, receiver.id))
+
+
+def _bindings(context):
+    """(scope, name) -> the values bound to the name in that function (or
+    the module); (None, `self.opt`) -> those bound to an attribute, in the
+    whole file. Found once per file."""
+    notes = context.notes["legacy-name"]
+    if "bindings" not in notes:
+        values = {id(target): node.value for node in ast.walk(context.tree)
+                  if isinstance(node, (ast.Assign, ast.AnnAssign))
+                  for target in (node.targets if isinstance(node, ast.Assign)
+                                 else [node.target])}
+        scopes, bindings = _scopes(context), {}
+        for node in ast.walk(context.tree):
+            if isinstance(node, ast.arg):
+                key = (scopes[id(node)], node.arg)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                key = (scopes[id(node)], node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(
+                    node.ctx, ast.Store):
+                key = (None, ast.unparse(node))
+            else:
+                continue
+            bindings.setdefault(key, []).append(values.get(id(node)))
+        notes["bindings"] = bindings
+    return notes["bindings"]
+
+
 def _unguarded(tree):
-    """The nodes of `tree`, less those of an `if` whose test names a TF 2.4
-    method as a string (`hasattr(opt, "get_scaled_loss")`, `getattr(opt,
-    "get_scaled_loss", None)`) and of a `try` that catches AttributeError:
-    code that asks which class it has."""
+    """The nodes of `tree`, less the code that asks which class it has:
+    an `if` whose test does (`_asks`), the rest of a block after such an
+    `if` that returns or raises, and a `try` that catches AttributeError
+    (or any error)."""
+    flags = {target.id for node in ast.walk(tree)
+             if isinstance(node, ast.Assign) and _asks(node.value, ())
+             for target in node.targets if isinstance(target, ast.Name)}
     pending = [tree]
     while pending:
         node = pending.pop()
-        if isinstance(node, (ast.If, ast.IfExp)) and any(
-                isinstance(name, ast.Constant)
-                and name.value in _TF24_ATTRIBUTES
-                for name in ast.walk(node.test)):
+        if isinstance(node, (ast.If, ast.IfExp)) and _asks(node.test, flags):
             continue
         if isinstance(node, ast.Try) and any(
-                isinstance(name, ast.Name) and name.id == "AttributeError"
-                for handler in node.handlers if handler.type is not None
-                for name in ast.walk(handler.type)):
+                handler.type is None or any(
+                    isinstance(name, ast.Name) and name.id in (
+                        "AttributeError", "Exception", "BaseException")
+                    for name in ast.walk(handler.type))
+                for handler in node.handlers):
             continue
         yield node
-        pending.extend(ast.iter_child_nodes(node))
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, ast.AST):
+                pending.append(value)
+            elif isinstance(value, list):
+                for child in value:
+                    if isinstance(child, ast.AST):
+                        pending.append(child)
+                    if isinstance(child, ast.If) and _asks(
+                            child.test, flags) and isinstance(
+                            child.body[-1], (ast.Return, ast.Raise)):
+                        break  # The rest runs only on one class.
+
+
+def _asks(test, flags):
+    """Whether `test` asks which class an object is, or which version runs:
+    `hasattr`, `getattr`, `isinstance`, a TF 2.4 method's name, a version
+    (`tf.__version__`, `version.parse`), or a name in `flags` (set from
+    one of those: `KERAS3 = tf.__version__ >= "2.16"`)."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id in ("hasattr", "getattr", "isinstance")):
+            return True
+        if isinstance(node, ast.Constant) and node.value in _TF24_ATTRIBUTES:
+            return True
+        name = (node.id if isinstance(node, ast.Name) else
+                node.attr if isinstance(node, ast.Attribute) else "")
+        if "version" in name.lower() or name in flags:
+            return True
+    return False
 
 
 def _install(context):
