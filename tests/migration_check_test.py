@@ -229,6 +229,31 @@ def test_strings_assigned_magics_and_timed_cells(tmp_path):
                        "pass", "pass"]
 
 
+def test_continued_magics_blank_lines_and_continued_strings(tmp_path):
+    # Review 3's D3, as IPython reads them: the lines after a magic or shell
+    # line that ends in `\\` are part of it (Colab's `!pip install -q \\`);
+    # blank lines before `%%bash` leave it a cell magic; a string continued
+    # by `\\` is still a string on the next line, so `!ls` after it is a
+    # magic. Each made the notebook unparsable, hiding the last finding.
+    cells = [
+        "!pip install -q \\\n    tensorflow-datasets \\\n    addons\n",
+        "%%capture\n!pip install -q \\\n    tensorflow-addons\n",
+        "%%time\nfor i in range(2):\n    !echo a \\\n        b\n",
+        "\n%%bash\necho hi (\n",
+        "s = 'abc \\\n(def'\n!ls\n",
+        "import tensorflow as tf\n"
+        "tf.train.experimental.FixedLossScale(2)\n",
+    ]
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "source": source} for source in cells]}))
+    [finding] = migration_check.check_file(path)
+    assert (finding.cell, finding.line, finding.rule, finding.message) == (
+        5, 2, "legacy-name",
+        "`tf.train.experimental.FixedLossScale` no longer exists on "
+        "TensorFlow 2.16+; use `tf_lso.experimental.FixedLossScale`.")
+
+
 def test_bad_files_are_findings_not_crashes(tmp_path):
     (tmp_path / "bad.ipynb").write_text("{not json")
     (tmp_path / "latin1.py").write_bytes(b"x = '\xe9'\n")
