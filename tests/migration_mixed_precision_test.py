@@ -545,6 +545,44 @@ PATH_CASES = [
      "        h = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
      "        h, _ = tf.clip_by_global_norm(h, 1.0)\n",
      []),
+    # A clip norm scaled by the loss scale through `*=`, through two names,
+    # or in the `if` that scales the loss is scaled as the gradients are
+    # (review 3's D4: each was reported) ...
+    ("import tensorflow as tf\n"
+     "def a(opt, tape, loss, vs, max_norm):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    threshold = max_norm\n"
+     "    threshold *= opt.loss_scale\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n"
+     "def b(opt, tape, loss, vs, max_norm):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    s = opt.loss_scale\n"
+     "    threshold = tf.cast(s, tf.float32) * max_norm\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    g, _ = tf.clip_by_global_norm(g, s * max_norm)\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n"
+     "def c(opt, tape, loss, vs, amp, max_norm):\n"
+     "    if amp:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    threshold = max_norm\n"
+     "    if amp:\n"
+     "        threshold = max_norm * opt.loss_scale\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    if amp:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # ... one scaled by a number is not.
+    ("import tensorflow as tf\n"
+     "def a(opt, tape, loss, vs, max_norm):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    threshold = max_norm\n"
+     "    threshold *= 2\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n",
+     [(6, "clip-before-unscale")]),
     # A method of another object whose name says it clips is a clip; one
     # that also says it scales is not sure.
     ("def step(opt, tape, loss, vs, clipper):\n"
