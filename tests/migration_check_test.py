@@ -1067,6 +1067,33 @@ def test_install_in_a_function_covers_that_function_after_it():
         "which provides it, so it is not known to run after that call.")
 
 
+def test_a_function_defined_after_install_in_its_function_runs_after_it():
+    # Review 3's D6: a def nested in the function that calls install(),
+    # after the call, runs after it; one before it is not known to.
+    findings = migration_check.check_source(
+        "import tensorflow as tf\n"
+        "import tf_lso\n"
+        "def main():\n"
+        "    def early():\n"
+        "        return tf.train.experimental.FixedLossScale(8)\n"
+        "    tf_lso.install()\n"
+        "    def build():\n"
+        "        return tf.train.experimental.DynamicLossScale()\n"
+        "    return build(), early()\n",
+        collapse=False)
+    assert [(f.line, f.rule, f.severity, f.message) for f in findings] == [
+        (5, "legacy-name", "error",
+         "`tf.train.experimental.FixedLossScale` no longer exists on "
+         "TensorFlow 2.16+; use `tf_lso.experimental.FixedLossScale`. It is "
+         "in a function defined before `tf_lso.install()` (line 6), which "
+         "provides it, so it is not known to run after that call."),
+        (8, "legacy-name", "info",
+         "`tf.train.experimental.DynamicLossScale` runs as "
+         "`tf_lso.experimental.DynamicLossScale` under `tf_lso.install()` "
+         "(line 6). `--fix` writes that name, so that the file runs without "
+         "`install()` too.")]
+
+
 def test_a_call_in_keras3s_signature_is_not_rewritten():
     # Review D5: `--fix` would make `2 ** 12` TF 2.4's `dynamic`.
     source = ("import keras\n"

@@ -68,8 +68,9 @@ class LegacyName(rule.Rule):
     AttributeError (or every error). Where it is not sure, it is silent.
 
     In a file that calls `tf_lso.install()`, the names it provides work as
-    written after that call (after it in the same function, or in any
-    function where the call is in the module's code): each is a note
+    written after that call (after it in the same function, also in a
+    function defined there after it, or in any function where the call is
+    in the module's code): each is a note
     (`info`) that says what it runs as. A name used before the call, or in
     another function than the one that calls it, and TF's private modules
     (which `install()` does not provide), stay errors.
@@ -404,25 +405,39 @@ def _install(context):
 
 def _runs_after(install, node, context):
     """Whether `node` runs after the `install` call: after it in the same
-    function (or the module's code), or in any function where the call is
-    in the module's code (functions run later)."""
-    scopes = _scopes(context)
-    where, tree = scopes[id(install)], context.tree
-    if where is tree and scopes[id(node)] is not tree:
+    function (or the module's code), also in a function defined there
+    after it, or in any function where the call is in the module's code
+    (functions run later)."""
+    where = _scopes(context)[id(install)]
+    inner = _within(node, where, context)
+    if where is context.tree and inner is not node:
         return True
-    return scopes[id(node)] is where and (
-        (install.lineno, install.col_offset) < (node.lineno, node.col_offset))
+    return inner is not None and (
+        (install.lineno, install.col_offset) < (inner.lineno, inner.col_offset))
+
+
+def _within(node, where, context):
+    """What of the code of `where` (a function, or the module) holds
+    `node`: `node` itself, or the function defined there that it is in;
+    None if `node` is not in `where`."""
+    scopes = _scopes(context)
+    while scopes[id(node)] is not where:
+        if scopes[id(node)] is context.tree:
+            return None
+        node = scopes[id(node)]
+    return node
 
 
 def _before_install(install, node, context):
     """Why `node`, which `install` provides, is not known to run after it."""
     line = context.line(install.lineno)
-    scopes = _scopes(context)
-    if scopes[id(node)] is scopes[id(install)]:
+    inner = _within(node, _scopes(context)[id(install)], context)
+    if inner is node:
         return f" It runs before `tf_lso.install()` ({line}), which provides it."
-    return (" It is not in the function that calls `tf_lso.install()` "
-            f"({line}), which provides it, so it is not known to run after "
-            "that call.")
+    where = ("in a function defined before" if inner is not None
+             else "not in the function that calls")
+    return (f" It is {where} `tf_lso.install()` ({line}), which provides it, "
+            "so it is not known to run after that call.")
 
 
 def _scopes(context):
