@@ -583,6 +583,20 @@ PATH_CASES = [
      "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
      "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n",
      [(6, "clip-before-unscale")]),
+    # A tape's `gradient` is the protocol's, also where a class of the
+    # file has a method of that name (review 3's D5, g05: missed).
+    ("import tensorflow as tf\n"
+     "class Sobel:\n"
+     "    def gradient(self, image):\n"
+     "        return tf.image.sobel_edges(image)\n"
+     "def step(opt, model, x):\n"
+     "    with tf.GradientTape() as tape:\n"
+     "        loss = opt.get_scaled_loss(tf.reduce_mean(model(x)))\n"
+     "    grads = tape.gradient(loss, model.trainable_variables)\n"
+     "    grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
+     "    grads = opt.get_unscaled_gradients(grads)\n"
+     "    opt.apply_gradients(zip(grads, model.trainable_variables))\n",
+     [(9, "clip-before-unscale")]),
     # A method of another object whose name says it clips is a clip; one
     # that also says it scales is not sure.
     ("def step(opt, tape, loss, vs, clipper):\n"

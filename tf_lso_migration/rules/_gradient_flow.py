@@ -343,6 +343,7 @@ class _Flow:
         self._locals: dict[int, set[str]] = {}
         self._methods: set[str] = set()  # The names of the file's methods.
         self._index(context.tree.body, context.tree)
+        self._tapes = _tapes(context.tree)
 
     def _index(self, body: list[ast.stmt], scope: ast.AST) -> None:
         """Records the functions defined in `body` (of `scope`)."""
@@ -790,6 +791,8 @@ class _Flow:
             return False  # PyTorch's apex: `amp.scale_loss(loss, opt)`.
         if not isinstance(node.func, ast.Attribute):
             return True  # tf.gradients(ys, xs)
+        if method == "gradient" and mp.dotted(node.func.value) in self._tapes:
+            return True  # A tape's, whatever the file's classes have.
         if method in self._methods:
             return False
         owner = self._class()
@@ -1143,6 +1146,25 @@ class _Flow:
         call = node.func if isinstance(node, ast.Call) else node
         self.events.append(Event(node, what, _written(call), value.protocol,
                                  _phrase(value.when), clip, via=value.via))
+
+
+def _tapes(tree: ast.AST) -> set[str]:
+    """The names the file binds to a tape (`with tf.GradientTape() as
+    tape:`, `tape = tf.GradientTape()`)."""
+    tapes: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            pairs = [(item.optional_vars, item.context_expr)
+                     for item in node.items]
+        elif isinstance(node, ast.Assign):
+            pairs = [(target, node.value) for target in node.targets]
+        else:
+            continue
+        tapes.update(target.id for target, value in pairs
+                     if isinstance(target, ast.Name)
+                     and isinstance(value, ast.Call)
+                     and (mp.dotted(value.func) or "").endswith("GradientTape"))
+    return tapes
 
 
 def _returned(returns: list[tuple[Value | None, When]]) -> Value | None:
