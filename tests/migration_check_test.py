@@ -972,6 +972,15 @@ LOSS_SCALE_OPTIMIZER_CASES = [
      "opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())\n"
      "Net().compile(optimizer=opt, loss='mse')\n",
      [(5, 7, "legacy-name")]),
+    # ... or what an `if isinstance(x, <Keras 3's class>):` holds calls on
+    # `x` (review 1's p11, automl's shape) ...
+    ("import tensorflow as tf\n"
+     "from tensorflow.keras import mixed_precision\n"
+     "def step(opt, loss):\n"
+     "    if isinstance(opt, mixed_precision.LossScaleOptimizer):\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    return loss\n",
+     [(4, 24, "legacy-name")]),
     # ... not what another object gets (review 3's D2): tf_lso's or
     # tf_keras's, a parameter or an alias of the same name ...
     ("import keras\n"

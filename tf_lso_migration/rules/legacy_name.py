@@ -56,13 +56,15 @@ class LegacyName(rule.Rule):
     the file is reported otherwise, `--fix` leaves the name. A method
     counts only on a name or attribute that the file binds to that object
     (`opt = LossScaleOptimizer(opt)`, `self.opt = ...`: a name in its
-    function, else in the module), or on a model's `optimizer` where
-    `compile` is given it; not on one that the file also binds to tf_lso's
+    function, else in the module), on a model's `optimizer` where
+    `compile` is given it, or on `x` under `if isinstance(x, <Keras 3's
+    class>):`; not on one that the file also binds to tf_lso's
     or tf_keras's class, nor on a parameter, an alias (`optimizer =
     self.optimizer`) or an object of the file's own class. Nor in code
     written for both classes: on an object the file also calls Keras 3's
     `scale_loss` on, under an `if` that asks which class or version it has
-    (`hasattr`, `getattr`, `isinstance`, the method's name as a string,
+    (`hasattr`, `getattr`, `isinstance` of another class, the method's
+    name as a string,
     `tf.__version__`, or a name set from one of those: `if KERAS3:`), after
     such an `if` that returns or raises, or in a `try` that catches
     AttributeError (or every error). Where it is not sure, it is silent.
@@ -207,7 +209,8 @@ def _tf24_evidence(context):
     `get_scaled_loss` (line 30)"), or None; found once per file.
 
     A TF 2.4 method counts on the object built from Keras 3's class only
-    (`_holds_keras3`), not in code that asks which class it has
+    (`_holds_keras3`), or on what `if isinstance(x, <that class>):` says is
+    one (`_narrowed`); not in code that asks which class it has
     (`_unguarded`), and not on an object that the file also calls Keras 3's
     `scale_loss` on (code for both). A second positional argument other
     than a bool or a string is no evidence (Keras 3's `initial_scale`, or
@@ -218,12 +221,14 @@ def _tf24_evidence(context):
         return notes["evidence"]
     both = {ast.unparse(node.value) for node in ast.walk(context.tree)
             if isinstance(node, ast.Attribute) and node.attr == "scale_loss"}
+    narrowed = _narrowed(context)
     found, keras3 = [], []
-    for node in _unguarded(context.tree):
+    for node in _unguarded(context):
         if isinstance(node, ast.Attribute) and isinstance(
                 node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES and (
-                ast.unparse(node.value) not in both) and _holds_keras3(
-                node.value, context):
+                ast.unparse(node.value) not in both) and (
+                ast.unparse(node.value) in narrowed.get(id(node), ())
+                or _holds_keras3(node.value, context)):
             found.append((node, f"has no `{node.attr}`"))
         elif isinstance(node, ast.Call) and _built(node, context) == [
                 KERAS3_LSO]:
@@ -339,18 +344,49 @@ def _bindings(context):
     return notes["bindings"]
 
 
-def _unguarded(tree):
-    """The nodes of `tree`, less the code that asks which class it has:
+def _narrowed(context):
+    """id(node) -> what an `if isinstance(x, <Keras 3's class>):` (or an
+    `and` of tests with one) around it says is Keras 3's object (`x`, as
+    written)."""
+    narrowed = {}
+    for node in ast.walk(context.tree):
+        if not isinstance(node, (ast.If, ast.IfExp)):
+            continue
+        tests = node.test.values if isinstance(node.test, ast.BoolOp) and (
+            isinstance(node.test.op, ast.And)) else [node.test]
+        texts = {ast.unparse(test.args[0]) for test in tests
+                 if _isinstance_keras3(test, context)}
+        if not texts:
+            continue
+        for statement in node.body if isinstance(node, ast.If) else [
+                node.body]:
+            for child in ast.walk(statement):
+                narrowed.setdefault(id(child), set()).update(texts)
+    return narrowed
+
+
+def _isinstance_keras3(test, context):
+    """Whether `test` is `isinstance(x, <Keras 3's class>)`."""
+    return isinstance(test, ast.Call) and isinstance(
+        test.func, ast.Name) and test.func.id == "isinstance" and len(
+        test.args) == 2 and (context.resolve(test.args[1]) or ("",))[
+        0] == KERAS3_LSO
+
+
+def _unguarded(context):
+    """The nodes of the file, less the code that asks which class it has:
     an `if` whose test does (`_asks`), the rest of a block after such an
     `if` that returns or raises, and a `try` that catches AttributeError
     (or any error)."""
+    tree = context.tree
     flags = {target.id for node in ast.walk(tree)
-             if isinstance(node, ast.Assign) and _asks(node.value, ())
+             if isinstance(node, ast.Assign) and _asks(node.value, (), context)
              for target in node.targets if isinstance(target, ast.Name)}
     pending = [tree]
     while pending:
         node = pending.pop()
-        if isinstance(node, (ast.If, ast.IfExp)) and _asks(node.test, flags):
+        if isinstance(node, (ast.If, ast.IfExp)) and _asks(node.test, flags,
+                                                           context):
             continue
         if isinstance(node, ast.Try) and any(
                 handler.type is None or any(
@@ -368,19 +404,21 @@ def _unguarded(tree):
                     if isinstance(child, ast.AST):
                         pending.append(child)
                     if isinstance(child, ast.If) and _asks(
-                            child.test, flags) and isinstance(
+                            child.test, flags, context) and isinstance(
                             child.body[-1], (ast.Return, ast.Raise)):
                         break  # The rest runs only on one class.
 
 
-def _asks(test, flags):
+def _asks(test, flags, context):
     """Whether `test` asks which class an object is, or which version runs:
-    `hasattr`, `getattr`, `isinstance`, a TF 2.4 method's name, a version
-    (`tf.__version__`, `version.parse`), or a name in `flags` (set from
-    one of those: `KERAS3 = tf.__version__ >= "2.16"`)."""
+    `hasattr`, `getattr`, `isinstance` (but of Keras 3's class, which says
+    which it is), a TF 2.4 method's name, a version (`tf.__version__`,
+    `version.parse`), or a name in `flags` (set from one of those: `KERAS3
+    = tf.__version__ >= "2.16"`)."""
     for node in ast.walk(test):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
-                node.func.id in ("hasattr", "getattr", "isinstance")):
+                node.func.id in ("hasattr", "getattr", "isinstance")) and (
+                not _isinstance_keras3(node, context)):
             return True
         if isinstance(node, ast.Constant) and node.value in _TF24_ATTRIBUTES:
             return True
