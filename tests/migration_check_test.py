@@ -229,6 +229,31 @@ def test_strings_assigned_magics_and_timed_cells(tmp_path):
                        "pass", "pass"]
 
 
+def test_continued_magics_blank_lines_and_continued_strings(tmp_path):
+    # Review 3's D3, as IPython reads them: the lines after a magic or shell
+    # line that ends in `\\` are part of it (Colab's `!pip install -q \\`);
+    # blank lines before `%%bash` leave it a cell magic; a string continued
+    # by `\\` is still a string on the next line, so `!ls` after it is a
+    # magic. Each made the notebook unparsable, hiding the last finding.
+    cells = [
+        "!pip install -q \\\n    tensorflow-datasets \\\n    addons\n",
+        "%%capture\n!pip install -q \\\n    tensorflow-addons\n",
+        "%%time\nfor i in range(2):\n    !echo a \\\n        b\n",
+        "\n%%bash\necho hi (\n",
+        "s = 'abc \\\n(def'\n!ls\n",
+        "import tensorflow as tf\n"
+        "tf.train.experimental.FixedLossScale(2)\n",
+    ]
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "source": source} for source in cells]}))
+    [finding] = migration_check.check_file(path)
+    assert (finding.cell, finding.line, finding.rule, finding.message) == (
+        5, 2, "legacy-name",
+        "`tf.train.experimental.FixedLossScale` no longer exists on "
+        "TensorFlow 2.16+; use `tf_lso.experimental.FixedLossScale`.")
+
+
 def test_bad_files_are_findings_not_crashes(tmp_path):
     (tmp_path / "bad.ipynb").write_text("{not json")
     (tmp_path / "latin1.py").write_bytes(b"x = '\xe9'\n")
@@ -925,6 +950,91 @@ LOSS_SCALE_OPTIMIZER_CASES = [
      "other.scale_loss(loss)\n"
      "opt.get_scaled_loss(loss)\n",
      [(2, 7, "legacy-name")]),
+    # Evidence is what the object built from Keras 3's class gets: a name
+    # or attribute the file binds to it (wrapped in place, or under a
+    # flag), or a model's `optimizer` where `compile` is given it ...
+    ("import tensorflow as tf\n"
+     "class Trainer:\n"
+     "    def __init__(self, mixed):\n"
+     "        self.opt = tf.keras.optimizers.Adam()\n"
+     "        if mixed:\n"
+     "            self.opt = tf.keras.mixed_precision.LossScaleOptimizer(\n"
+     "                self.opt)\n"
+     "    def step(self, loss):\n"
+     "        if self.mixed:\n"
+     "            loss = self.opt.get_scaled_loss(loss)\n"
+     "        return loss\n",
+     [(6, 24, "legacy-name")]),
+    ("import tensorflow as tf\n"
+     "class Net(tf.keras.Model):\n"
+     "    def train_step(self, data):\n"
+     "        return self.optimizer.get_scaled_loss(self.compute_loss(data))\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())\n"
+     "Net().compile(optimizer=opt, loss='mse')\n",
+     [(5, 7, "legacy-name")]),
+    # ... or what an `if isinstance(x, <Keras 3's class>):` holds calls on
+    # `x` (review 1's p11, automl's shape) ...
+    ("import tensorflow as tf\n"
+     "from tensorflow.keras import mixed_precision\n"
+     "def step(opt, loss):\n"
+     "    if isinstance(opt, mixed_precision.LossScaleOptimizer):\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    return loss\n",
+     [(4, 24, "legacy-name")]),
+    # ... not what another object gets (review 3's D2): tf_lso's or
+    # tf_keras's, a parameter or an alias of the same name ...
+    ("import keras\n"
+     "import tf_lso\n"
+     "fit_opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "loop_opt = tf_lso.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "scaled = loop_opt.get_scaled_loss(loss)\n",
+     []),
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def unscale(opt, grads):\n"
+     "    return opt.get_unscaled_gradients(grads)\n",
+     []),
+    ("import tensorflow as tf\n"
+     "opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())\n"
+     "class Trainer(tf.keras.Model):\n"
+     "    def train_step(self, data):\n"
+     "        optimizer = self.optimizer\n"
+     "        return optimizer.get_scaled_loss(self.compute_loss(data))\n",
+     []),
+    # ... nor what code that asks which class it has holds: after an early
+    # return, under a version test or `isinstance`, in a `try` that
+    # catches every error.
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def unscale(grads):\n"
+     "    if not hasattr(opt, 'get_unscaled_gradients'):\n"
+     "        return grads\n"
+     "    return opt.get_unscaled_gradients(grads)\n",
+     []),
+    ("import keras\n"
+     "import tensorflow as tf\n"
+     "LEGACY = int(tf.__version__.split('.')[1]) < 16\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD())\n"
+     "def unscale(grads):\n"
+     "    if LEGACY:\n"
+     "        return opt.get_unscaled_gradients(grads)\n"
+     "    return grads\n",
+     []),
+    ("import keras\n"
+     "import tf_lso\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "def scale(loss):\n"
+     "    if isinstance(opt, tf_lso.LossScaleOptimizer):\n"
+     "        return opt.get_scaled_loss(loss)\n"
+     "    return loss\n",
+     []),
+    ("import keras\n"
+     "opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())\n"
+     "try:\n"
+     "    scaled = opt.get_scaled_loss(loss)\n"
+     "except Exception:\n"
+     "    scaled = loss\n",
+     []),
 ]
 
 
@@ -964,6 +1074,33 @@ def test_install_in_a_function_covers_that_function_after_it():
     assert findings[0].message.endswith(
         " It is not in the function that calls `tf_lso.install()` (line 6), "
         "which provides it, so it is not known to run after that call.")
+
+
+def test_a_function_defined_after_install_in_its_function_runs_after_it():
+    # Review 3's D6: a def nested in the function that calls install(),
+    # after the call, runs after it; one before it is not known to.
+    findings = migration_check.check_source(
+        "import tensorflow as tf\n"
+        "import tf_lso\n"
+        "def main():\n"
+        "    def early():\n"
+        "        return tf.train.experimental.FixedLossScale(8)\n"
+        "    tf_lso.install()\n"
+        "    def build():\n"
+        "        return tf.train.experimental.DynamicLossScale()\n"
+        "    return build(), early()\n",
+        collapse=False)
+    assert [(f.line, f.rule, f.severity, f.message) for f in findings] == [
+        (5, "legacy-name", "error",
+         "`tf.train.experimental.FixedLossScale` no longer exists on "
+         "TensorFlow 2.16+; use `tf_lso.experimental.FixedLossScale`. It is "
+         "in a function defined before `tf_lso.install()` (line 6), which "
+         "provides it, so it is not known to run after that call."),
+        (8, "legacy-name", "info",
+         "`tf.train.experimental.DynamicLossScale` runs as "
+         "`tf_lso.experimental.DynamicLossScale` under `tf_lso.install()` "
+         "(line 6). `--fix` writes that name, so that the file runs without "
+         "`install()` too.")]
 
 
 def test_a_call_in_keras3s_signature_is_not_rewritten():

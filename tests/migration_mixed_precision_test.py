@@ -545,6 +545,58 @@ PATH_CASES = [
      "        h = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
      "        h, _ = tf.clip_by_global_norm(h, 1.0)\n",
      []),
+    # A clip norm scaled by the loss scale through `*=`, through two names,
+    # or in the `if` that scales the loss is scaled as the gradients are
+    # (review 3's D4: each was reported) ...
+    ("import tensorflow as tf\n"
+     "def a(opt, tape, loss, vs, max_norm):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    threshold = max_norm\n"
+     "    threshold *= opt.loss_scale\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n"
+     "def b(opt, tape, loss, vs, max_norm):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    s = opt.loss_scale\n"
+     "    threshold = tf.cast(s, tf.float32) * max_norm\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    g, _ = tf.clip_by_global_norm(g, s * max_norm)\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n"
+     "def c(opt, tape, loss, vs, amp, max_norm):\n"
+     "    if amp:\n"
+     "        loss = opt.get_scaled_loss(loss)\n"
+     "    g = tape.gradient(loss, vs)\n"
+     "    threshold = max_norm\n"
+     "    if amp:\n"
+     "        threshold = max_norm * opt.loss_scale\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    if amp:\n"
+     "        g = opt.get_unscaled_gradients(g)\n"
+     "    opt.apply_gradients(zip(g, vs))\n",
+     []),
+    # ... one scaled by a number is not.
+    ("import tensorflow as tf\n"
+     "def a(opt, tape, loss, vs, max_norm):\n"
+     "    g = tape.gradient(opt.get_scaled_loss(loss), vs)\n"
+     "    threshold = max_norm\n"
+     "    threshold *= 2\n"
+     "    g, _ = tf.clip_by_global_norm(g, threshold)\n"
+     "    opt.apply_gradients(zip(opt.get_unscaled_gradients(g), vs))\n",
+     [(6, "clip-before-unscale")]),
+    # A tape's `gradient` is the protocol's, also where a class of the
+    # file has a method of that name (review 3's D5, g05: missed).
+    ("import tensorflow as tf\n"
+     "class Sobel:\n"
+     "    def gradient(self, image):\n"
+     "        return tf.image.sobel_edges(image)\n"
+     "def step(opt, model, x):\n"
+     "    with tf.GradientTape() as tape:\n"
+     "        loss = opt.get_scaled_loss(tf.reduce_mean(model(x)))\n"
+     "    grads = tape.gradient(loss, model.trainable_variables)\n"
+     "    grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
+     "    grads = opt.get_unscaled_gradients(grads)\n"
+     "    opt.apply_gradients(zip(grads, model.trainable_variables))\n",
+     [(9, "clip-before-unscale")]),
     # A method of another object whose name says it clips is a clip; one
     # that also says it scales is not sure.
     ("def step(opt, tape, loss, vs, clipper):\n"
@@ -884,13 +936,13 @@ def test_the_float16_output_message_names_what_reads_it_and_the_fix():
         "When `include_top` is true, this model's last layer computes in "
         "float16 under the 'mixed_float16' policy set at line 3, and the "
         "loss given to `m.compile` (line 15) reads its output: the loss "
-        "(softmax, cross-entropy) loses precision and can overflow. Give "
+        "of its softmax loses precision and can overflow. Give "
         "it `dtype='float32'`: `layers.Dense(10, activation='softmax', "
         "dtype='float32')` (`--fix` does).")
     assert found[1].message == (
         "`tf.nn.softmax` computes this model's output in float16 under the "
         "'mixed_float16' policy set at line 3, and `loss_fn` (line 16) "
-        "reads its output: the loss (softmax, cross-entropy) loses "
+        "reads its output: the loss of its softmax loses "
         "precision and can overflow. Compute it in float32: "
         "`tf.nn.softmax(tf.cast(self.logits(x), tf.float32))`.")
 
@@ -962,6 +1014,28 @@ def test_a_policy_set_under_a_condition_is_named():
         "When `args.mixed` is true, this model's last layer")
 
 
+def test_the_float16_output_message_names_no_loss_it_does_not_know():
+    # Review 3's D6: a sigmoid output compiled with `mse` is no
+    # cross-entropy; a policy set under `if __name__ == "__main__":` holds
+    # where the script runs, which needs no condition.
+    [output] = check.check_source(
+        "import tensorflow as tf\n"
+        "def train():\n"
+        "    m = tf.keras.Sequential([tf.keras.layers.Dense(1, 'sigmoid')])\n"
+        "    m.compile(loss='mse', optimizer='adam')\n"
+        "if __name__ == '__main__':\n"
+        "    tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "    train()\n", options=ONLY_NEW)
+    assert (output.line, output.rule, output.message) == (
+        3, "float16-output",
+        "This model's last layer computes in float16 under the "
+        "'mixed_float16' policy set at line 6, and the loss given to "
+        "`m.compile` (line 4) reads its output: the loss of its sigmoid "
+        "loses precision and can overflow. Give it `dtype='float32'`: "
+        "`tf.keras.layers.Dense(1, 'sigmoid', dtype='float32')` (`--fix` "
+        "does).")
+
+
 def test_the_float16_output_message_fits_the_activation():
     # Review 2's D7: a sigmoid is no softmax, and on tf-keras a linear
     # output is reported because the loss computes in its dtype.
@@ -973,7 +1047,7 @@ def test_the_float16_output_message_fits_the_activation():
         "a.fit(x, y); b.fit(x, y)\n",
         options=check.Options(select=NEW_RULES, route="tf-keras"))
     assert [f.line for f in found] == [3, 4]
-    assert ("reads its output: the loss (sigmoid, cross-entropy) loses "
+    assert ("reads its output: the loss of its sigmoid loses "
             "precision and can overflow.") in found[0].message
     assert ("reads its output: on tf_keras the loss computes in the "
             "output's dtype, so it loses precision and can overflow.") in (

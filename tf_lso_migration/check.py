@@ -278,7 +278,10 @@ def one_note_per_rule(
 
 def notebook_cells(text: str) -> list[tuple[int, str]]:
     """The code cells of a notebook as sources, each magic a `pass` (same
-    lines); a cell magic's body blank, unless it is Python (`%%time`)."""
+    lines); a cell magic's body blank, unless it is Python (`%%time`).
+
+    As IPython reads a cell: blank lines before a cell magic leave it one.
+    """
     cells: list[tuple[int, str]] = []
     for index, cell in enumerate(json.loads(text).get("cells", [])):
         if cell.get("cell_type") != "code":
@@ -286,11 +289,13 @@ def notebook_cells(text: str) -> list[tuple[int, str]]:
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
         lines = source.split("\n")
-        if lines[0].startswith("%%"):  # A cell magic.
-            magic = lines[0][2:].split()
-            body = lines[1:] if magic and magic[0] in _PYTHON_CELL_MAGICS else (
-                [""] * (len(lines) - 1))
-            lines = ["", *body]
+        first = next((at for at, line in enumerate(lines) if line.strip()), 0)
+        if lines[first].startswith("%%"):  # A cell magic.
+            magic = lines[first][2:].split()
+            body = lines[first + 1:]
+            if not (magic and magic[0] in _PYTHON_CELL_MAGICS):
+                body = [""] * len(body)
+            lines = [""] * (first + 1) + body
         cells.append((index, "\n".join(_without_magics(lines))))
     return cells
 
@@ -308,21 +313,26 @@ _ENDS = {quote: re.compile(r"(?:\\.|[^\\])*?" + quote) for quote in _QUOTES}
 
 def _without_magics(lines: list[str]) -> Iterator[str]:
     """`lines` with each line magic, shell escape and `name?` help a `pass`
-    at its indent, so that a block it is alone in stays a block.
+    at its indent, so that a block it is alone in stays a block, and the
+    lines that continue it after a `\\` blank (`!pip install -q \\`).
 
     A comment is Python, and so is a line inside brackets or a string
     (a docstring's `(2 build`), or after a `\\` (`!= b`, `% 3`): they stay
     as they are.
     """
-    depth, quote, continued = 0, None, False
+    depth, quote, continued, magic = 0, None, False, False
     for line in lines:
+        if magic:  # A line of the magic above.
+            magic = line.endswith("\\")
+            yield ""
+            continue
         top = not (depth or quote or continued)
         code, quote = _code(line, quote)
         code = code.strip()
         if top and (line.lstrip().startswith(("%", "!", "?"))
                     or code.endswith("?") or _ASSIGNED_MAGIC.match(line)):
             yield line[:len(line) - len(line.lstrip())] + "pass"
-            quote = None
+            quote, magic = None, line.endswith("\\")
             continue
         depth = max(0, depth + sum(map(code.count, "([{"))
                     - sum(map(code.count, ")]}")))
@@ -331,8 +341,9 @@ def _without_magics(lines: list[str]) -> Iterator[str]:
 
 
 def _code(line: str, quote: str | None) -> tuple[str, str | None]:
-    """The code of `line`, less its strings and comment, and the triple
-    quote of a string it leaves open; `quote`: the one open before it."""
+    """The code of `line`, less its strings and comment, and the quote of a
+    string it leaves open (a triple quote, or one that a `\\` continues);
+    `quote`: the one open before it."""
     code, at = [], 0
     while True:
         if quote:
@@ -345,7 +356,9 @@ def _code(line: str, quote: str | None) -> tuple[str, str | None]:
         if found is None or found.group() == "#":
             break
         at, quote = found.end(), found.group()
-    return "".join(code), quote if quote and len(quote) == 3 else None
+    if quote and len(quote) == 1 and not line.endswith("\\"):
+        quote = None
+    return "".join(code), quote
 
 
 def _check_notebook(text, path, options):

@@ -222,6 +222,9 @@ def _on_path(one: Value | None, other: Value | None,
     same, or the one the flow follows on its path; else None."""
     if one == other:
         return one
+    kinds = {value.kind for value in (one, other) if value is not None}
+    if "scale" in kinds and not (_followed(one) or _followed(other)):
+        return Value("scale")  # It may be the loss scale, on one path.
     if test is None:
         return None
     if _followed(one) and not _followed(other):
@@ -276,13 +279,15 @@ def _mentions_scale(nodes: Sequence[ast.AST]) -> bool:
     return False
 
 
-def _scaled_too(nodes: Sequence[ast.AST],
-                values: dict[int, Value | None]) -> bool:
-    """Whether a clip's other arguments name the loss scale, or hold a
-    value that may be it (`threshold = max_norm * opt.loss_scale`)."""
+def _scaled_too(nodes: Sequence[ast.AST], env: _Env) -> bool:
+    """Whether expressions (a clip's other arguments) name the loss scale,
+    or read a name that may hold it (`threshold = max_norm *
+    opt.loss_scale`, `s = opt.loss_scale`)."""
     return _mentions_scale(nodes) or any(
-        (values.get(id(node)) or Value("")).kind == "scale"
-        for node in nodes)
+        isinstance(child, ast.Name) and child.id in env and (
+            env[child.id].kind == "scale" or env[child.id].kind == "alias"
+            and "scale" in env[child.id].by.lower())
+        for node in nodes for child in ast.walk(node))
 
 
 def _says_scaled(call: ast.Call) -> bool:
@@ -338,6 +343,7 @@ class _Flow:
         self._locals: dict[int, set[str]] = {}
         self._methods: set[str] = set()  # The names of the file's methods.
         self._index(context.tree.body, context.tree)
+        self._tapes = _tapes(context.tree)
 
     def _index(self, body: list[ast.stmt], scope: ast.AST) -> None:
         """Records the functions defined in `body` (of `scope`)."""
@@ -418,7 +424,8 @@ class _Flow:
             return env
         if isinstance(node, ast.AugAssign):
             self._eval(node.value, env)
-            self._bind(node.target, None, env)
+            scaled = _scaled_too([node.target, node.value], env)
+            self._bind(node.target, Value("scale") if scaled else None, env)
             return env
         if isinstance(node, ast.Expr):
             self._eval(node.value, env)
@@ -600,7 +607,7 @@ class _Flow:
         (`opt = self.optimizer`), or a number that may be the loss scale."""
         if mp.dotted(node) is not None:
             return Value("alias", by=self._key(node, env))
-        if _mentions_scale([node]):
+        if _scaled_too([node], env):
             return Value("scale")
         return None
 
@@ -784,6 +791,8 @@ class _Flow:
             return False  # PyTorch's apex: `amp.scale_loss(loss, opt)`.
         if not isinstance(node.func, ast.Attribute):
             return True  # tf.gradients(ys, xs)
+        if method == "gradient" and mp.dotted(node.func.value) in self._tapes:
+            return True  # A tape's, whatever the file's classes have.
         if method in self._methods:
             return False
         owner = self._class()
@@ -858,7 +867,7 @@ class _Flow:
             last = name.rpartition(".")[2]
             if last in _CLIPS and name in (f"tf.{last}",
                                            f"tf.compat.v1.{last}"):
-                return self._clip(node, values, last)
+                return self._clip(node, values, last, env)
             if name in _NORMS:
                 grads = self._value_of(node, values, 0, "t_list"
                                        if "global" in name else "tensor")
@@ -943,7 +952,7 @@ class _Flow:
         self.accumulated[where] = held
 
     def _clip(self, node: ast.Call, values: dict[int, Value | None],
-              last: str) -> Value | None:
+              last: str, env: _Env) -> Value | None:
         argument = self._argument(node, 0, "t_list" if "global" in last
                                   else "t")
         grads = None if argument is None else values.get(id(argument))
@@ -951,7 +960,7 @@ class _Flow:
             return None
         others = [a for a in node.args if a is not argument] + [
             k.value for k in node.keywords if k.value is not argument]
-        if _scaled_too(others, values):
+        if _scaled_too(others, env):
             return None  # A clip norm scaled as the gradients are.
         if last == "clip_by_value":
             low = self._argument(node, 1, "clip_value_min")
@@ -980,7 +989,7 @@ class _Flow:
                 others = [a for a in arguments if a is not argument]
                 if isinstance(func, ast.Attribute):
                     others.append(func.value)
-                if not _scaled_too(others, values) and not any(
+                if not _scaled_too(others, env) and not any(
                         grads.by == key or grads.by.startswith(key + ".")
                         for key in (self._key(a, env) for a in others)):
                     self._event(node, "clip", grads)
@@ -1137,6 +1146,25 @@ class _Flow:
         call = node.func if isinstance(node, ast.Call) else node
         self.events.append(Event(node, what, _written(call), value.protocol,
                                  _phrase(value.when), clip, via=value.via))
+
+
+def _tapes(tree: ast.AST) -> set[str]:
+    """The names the file binds to a tape (`with tf.GradientTape() as
+    tape:`, `tape = tf.GradientTape()`)."""
+    tapes: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            pairs = [(item.optional_vars, item.context_expr)
+                     for item in node.items]
+        elif isinstance(node, ast.Assign):
+            pairs = [(target, node.value) for target in node.targets]
+        else:
+            continue
+        tapes.update(target.id for target, value in pairs
+                     if isinstance(target, ast.Name)
+                     and isinstance(value, ast.Call)
+                     and (mp.dotted(value.func) or "").endswith("GradientTape"))
+    return tapes
 
 
 def _returned(returns: list[tuple[Value | None, When]]) -> Value | None:

@@ -257,6 +257,10 @@ def file_policy(context: rule.Context, name: str) -> PolicySet | None:
     return min(sets, key=lambda s: (s.node.lineno, s.node.col_offset))
 
 
+# `if __name__ == "__main__":`, as `ast.unparse` writes it.
+_MAIN = ("__name__ == '__main__'", "'__main__' == __name__")
+
+
 def policy_path(context: rule.Context, node: ast.Call,
                 policy: PolicySet) -> tuple[tuple[str, bool], ...]:
     """Where the policy holds for `node`: the tests of the `if`s around
@@ -270,8 +274,8 @@ def policy_path(context: rule.Context, node: ast.Call,
     for branch, field in policy.place.branches:
         if id(branch) in around or (id(branch), field) not in every or (
                 not isinstance(branch, ast.If)) or truth(
-                branch.test) is not None:
-            continue  # Around both, not around all, a `try`, a constant.
+                branch.test) is not None or ast.unparse(branch.test) in _MAIN:
+            continue  # Around both, not all, a `try`, a constant, the script.
         test, holds = branch.test, field == "body"
         while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             test, holds = test.operand, not holds

@@ -36,7 +36,8 @@ class Bfloat16LossScale(rule.Rule):
     `'mixed_bfloat16'`, written out, and the optimizer is not built in a
     branch that the policy is not set in, or under an `if` that asks about
     the policy or a dtype. A policy set under an `if` that the optimizer is
-    not under is named: "When `use_tpu` is true, ...".
+    not under is named: "When `use_tpu` is true, ..." (not `__name__ ==
+    "__main__"`, where the script runs).
     """
 
     id, severity = "bfloat16-loss-scale", "warning"

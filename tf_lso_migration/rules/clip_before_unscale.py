@@ -29,9 +29,10 @@ class ClipBeforeUnscale(rule.Rule):
     inside) the gradients are scaled up to `apply`: set the clipping on the
     inner optimizer (`global_clipnorm=`, `clipnorm=`), which clips unscaled
     gradients. Not reported: a clip norm that is itself multiplied by the
-    loss scale (also through a name: `threshold = max_norm *
-    opt.loss_scale`), and a log call whose text says it logs a scaled
-    value.
+    loss scale (also through names, `*=` or on one path only: `threshold =
+    max_norm * opt.loss_scale`, `threshold *= opt.loss_scale`, `s =
+    opt.loss_scale` then `s * max_norm`), and a log call whose text says
+    it logs a scaled value.
 
     `scale_loss` is the identity on an optimizer that is not a loss scale
     optimizer: a clip or a log after it is reported only in a file that

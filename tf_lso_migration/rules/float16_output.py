@@ -74,7 +74,7 @@ class Float16Output(rule.Rule):
 
     Reported only where every global policy the file sets is
     `'mixed_float16'`, written out (set under an `if`, the finding names
-    its test). Not reported: a model whose output no
+    its test, but `__name__ == "__main__"`). Not reported: a model whose output no
     loss reads (an encoder feeding another model's head, a GAN's
     generator), a model ending in another kind of layer than a dense,
     convolution or activation layer (pooling: features), a layer with a
@@ -241,7 +241,7 @@ def _message(context, policy, output):
         instead += " (`--fix` does)." if fixed else "."
     loses = ("on tf_keras the loss computes in the output's dtype, so it"
              if output.activation == "linear"
-             else f"the loss ({output.activation}, cross-entropy)")
+             else f"the loss of its {output.activation}")
     text = (f"{what} under the 'mixed_float16' policy set at "
             f"{context.line(policy.node.lineno)}, and {output.reader} reads "
             f"its output: {loses} loses precision and can overflow. "

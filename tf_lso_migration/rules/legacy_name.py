@@ -9,6 +9,7 @@ used through (`rule.unprovided_aliases`).
 """
 
 import ast
+import itertools
 
 from tf_lso_migration import legacy_names
 from tf_lso_migration import rule
@@ -26,9 +27,9 @@ _TF24_KEYWORDS = ("dynamic", "loss_scale")
 @rule.register
 class LegacyName(rule.Rule):
     """a TF 2.1-2.4 mixed-precision name that TensorFlow 2.16+ no longer
-    has (or, for `tf.keras.mixed_precision.LossScaleOptimizer` used with
-    TF 2.4's API, has with Keras 3's different one); `--fix` rewrites it to
-    tf_lso's where tf_lso provides it
+    has (or, for `tf.keras.mixed_precision.LossScaleOptimizer` whose object
+    the file uses with TF 2.4's API, has with Keras 3's different one);
+    `--fix` rewrites it to tf_lso's where tf_lso provides it
 
     TF 2.1-2.3's `tf.keras.mixed_precision.experimental` module and the
     loss scale classes `tf.mixed_precision.experimental.*` and
@@ -46,23 +47,32 @@ class LegacyName(rule.Rule):
     replace it by hand. `tf.keras.mixed_precision.LossScaleOptimizer` (also
     spelled `keras.mixed_precision.LossScaleOptimizer`) is Keras 3's class
     on TensorFlow 2.16+, and `LossScaleOptimizer(opt, initial_scale=1024)`
-    is valid Keras 3 code: it is reported only where the file uses what
-    Keras 3's class lacks (`dynamic=`, `loss_scale=`, a bool or a string as
-    its second positional argument, `get_scaled_loss`,
-    `get_unscaled_gradients`, `dynamic_counter`), and on the tf_keras route
-    never (there it is tf_keras's own, TF 2.4's class). A number there is
-    Keras 3's `initial_scale`: not reported, and where the file is reported
-    otherwise, `--fix` leaves the name. Code written for both classes is no
-    evidence: TF 2.4's methods on an object the file also calls Keras 3's
-    `scale_loss` on (a version test picks one), under an `if` that names
-    the method as a string (`hasattr(opt, 'get_scaled_loss')`, `getattr(opt,
-    'get_scaled_loss', None)`), or in a `try` that catches AttributeError;
-    nor is a method the file defines itself (`amp.get_scaled_loss(loss)`,
-    where the file's own class has one).
+    is valid Keras 3 code: it is reported only where the file gives the
+    call, or the object it builds, what Keras 3's class lacks (`dynamic=`,
+    `loss_scale=`, a bool or a string as its second positional argument;
+    `get_scaled_loss`, `get_unscaled_gradients`, `dynamic_counter`), and on
+    the tf_keras route never (there it is tf_keras's own, TF 2.4's class).
+    A number there is Keras 3's `initial_scale`: not reported, and where
+    the file is reported otherwise, `--fix` leaves the name. A method
+    counts only on a name or attribute that the file binds to that object
+    (`opt = LossScaleOptimizer(opt)`, `self.opt = ...`: a name in its
+    function, else in the module), on a model's `optimizer` where
+    `compile` is given it, or on `x` under `if isinstance(x, <Keras 3's
+    class>):`; not on one that the file also binds to tf_lso's
+    or tf_keras's class, nor on a parameter, an alias (`optimizer =
+    self.optimizer`) or an object of the file's own class. Nor in code
+    written for both classes: on an object the file also calls Keras 3's
+    `scale_loss` on, under an `if` that asks which class or version it has
+    (`hasattr`, `getattr`, `isinstance` of another class, the method's
+    name as a string,
+    `tf.__version__`, or a name set from one of those: `if KERAS3:`), after
+    such an `if` that returns or raises, or in a `try` that catches
+    AttributeError (or every error). Where it is not sure, it is silent.
 
     In a file that calls `tf_lso.install()`, the names it provides work as
-    written after that call (after it in the same function, or in any
-    function where the call is in the module's code): each is a note
+    written after that call (after it in the same function, also in a
+    function defined there after it, or in any function where the call is
+    in the module's code): each is a note
     (`info`) that says what it runs as. A name used before the call, or in
     another function than the one that calls it, and TF's private modules
     (which `install()` does not provide), stay errors.
@@ -198,29 +208,30 @@ def _tf24_evidence(context):
     2.4's has, as the end of a sentence about Keras 3's class ("has no
     `get_scaled_loss` (line 30)"), or None; found once per file.
 
-    Not evidence, in code written for both classes: what asks which class
-    it has holds (`_unguarded`), and a TF 2.4 method of an object that the
-    file also calls Keras 3's `scale_loss` on. Nor a method of the file's
-    own (`amp.get_scaled_loss`, where the file defines one), nor a second
-    positional argument other than a bool or a string (Keras 3's
-    `initial_scale`, or not sure). `notes["keras3_call"]`: the first call
-    that passes one.
+    A TF 2.4 method counts on the object built from Keras 3's class only
+    (`_holds_keras3`), or on what `if isinstance(x, <that class>):` says is
+    one (`_narrowed`); not in code that asks which class it has
+    (`_unguarded`), and not on an object that the file also calls Keras 3's
+    `scale_loss` on (code for both). A second positional argument other
+    than a bool or a string is no evidence (Keras 3's `initial_scale`, or
+    not sure). `notes["keras3_call"]`: the first call that passes one.
     """
     notes = context.notes["legacy-name"]
     if "evidence" in notes:
         return notes["evidence"]
     both = {ast.unparse(node.value) for node in ast.walk(context.tree)
             if isinstance(node, ast.Attribute) and node.attr == "scale_loss"}
-    own = {node.name for node in ast.walk(context.tree)
-           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    narrowed = _narrowed(context)
     found, keras3 = [], []
-    for node in _unguarded(context.tree):
+    for node in _unguarded(context):
         if isinstance(node, ast.Attribute) and isinstance(
                 node.ctx, ast.Load) and node.attr in _TF24_ATTRIBUTES and (
-                node.attr not in own) and ast.unparse(node.value) not in both:
+                ast.unparse(node.value) not in both) and (
+                ast.unparse(node.value) in narrowed.get(id(node), ())
+                or _holds_keras3(node.value, context)):
             found.append((node, f"has no `{node.attr}`"))
-        elif isinstance(node, ast.Call) and (
-                context.resolve(node.func) or ("",))[0] == KERAS3_LSO:
+        elif isinstance(node, ast.Call) and _built(node, context) == [
+                KERAS3_LSO]:
             for keyword in node.keywords:
                 if keyword.arg in _TF24_KEYWORDS:
                     found.append((node, f"takes no `{keyword.arg}=`"))
@@ -245,26 +256,177 @@ def _first(found):
                default=None)
 
 
-def _unguarded(tree):
-    """The nodes of `tree`, less those of an `if` whose test names a TF 2.4
-    method as a string (`hasattr(opt, "get_scaled_loss")`, `getattr(opt,
-    "get_scaled_loss", None)`) and of a `try` that catches AttributeError:
-    code that asks which class it has."""
+def _holds_keras3(receiver, context):
+    """Whether `receiver` (`opt`, `self._opt`, `model.optimizer`) holds the
+    object built from Keras 3's class, by what the file binds to it: some
+    assignment builds one, and none builds tf_lso's or tf_keras's class. A
+    name is looked up in its function, then the enclosing ones, then the
+    module (a parameter of that name is another object); an attribute in
+    the whole file. A model's `optimizer` that the file never assigns
+    holds it where `compile` is given it."""
+    values = _bound(receiver, context)
+    if values is not None:
+        return _keras3(values, context)
+    return (isinstance(receiver, ast.Attribute)
+            and receiver.attr == "optimizer" and _compiled_keras3(context))
+
+
+def _keras3(values, context):
+    built = [name for value in values for name in _built(value, context)]
+    return KERAS3_LSO in built and not any(
+        name.startswith(("tf_lso.", "tf_keras.")) for name in built)
+
+
+def _built(value, context):
+    """The dotted names of what `value` may build (both sides of an `if`
+    expression; "" for what is not a call)."""
+    if isinstance(value, ast.IfExp):
+        return _built(value.body, context) + _built(value.orelse, context)
+    if isinstance(value, ast.Call):
+        return [(context.resolve(value.func) or ("",))[0]]
+    return [""]
+
+
+def _compiled_keras3(context):
+    """Whether a `compile` call of the file is given the object built from
+    Keras 3's class (as its first argument or `optimizer=`); found once."""
+    notes = context.notes["legacy-name"]
+    if "compiled" not in notes:
+        notes["compiled"] = any(
+            _keras3(_bound(given, context) or [given], context)
+            for node in ast.walk(context.tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "compile"
+            for given in [*node.args[:1], *(keyword.value
+                                            for keyword in node.keywords
+                                            if keyword.arg == "optimizer")])
+    return notes["compiled"]
+
+
+def _bound(receiver, context):
+    """The values bound to `receiver` (None in a value: not an assignment's,
+    a parameter say), or None if the file binds nothing to it."""
+    bindings = _bindings(context)
+    if isinstance(receiver, ast.Attribute):
+        return bindings.get((None, ast.unparse(receiver)))
+    if not isinstance(receiver, ast.Name):
+        return None
+    scopes, scope = _scopes(context), _scopes(context)[id(receiver)]
+    while (scope, receiver.id) not in bindings and scope is not context.tree:
+        scope = scopes[id(scope)]
+    return bindings.get((scope, receiver.id))
+
+
+def _bindings(context):
+    """(scope, name) -> the values bound to the name in that function (or
+    the module); (None, `self.opt`) -> those bound to an attribute, in the
+    whole file. Found once per file."""
+    notes = context.notes["legacy-name"]
+    if "bindings" not in notes:
+        values = {id(target): node.value for node in ast.walk(context.tree)
+                  if isinstance(node, (ast.Assign, ast.AnnAssign))
+                  for target in (node.targets if isinstance(node, ast.Assign)
+                                 else [node.target])}
+        scopes, bindings = _scopes(context), {}
+        for node in ast.walk(context.tree):
+            if isinstance(node, ast.arg):
+                key = (scopes[id(node)], node.arg)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                key = (scopes[id(node)], node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(
+                    node.ctx, ast.Store):
+                key = (None, ast.unparse(node))
+            else:
+                continue
+            bindings.setdefault(key, []).append(values.get(id(node)))
+        notes["bindings"] = bindings
+    return notes["bindings"]
+
+
+def _narrowed(context):
+    """id(node) -> what an `if isinstance(x, <Keras 3's class>):` (or an
+    `and` of tests with one) around it says is Keras 3's object (`x`, as
+    written)."""
+    narrowed = {}
+    for node in ast.walk(context.tree):
+        if not isinstance(node, (ast.If, ast.IfExp)):
+            continue
+        tests = node.test.values if isinstance(node.test, ast.BoolOp) and (
+            isinstance(node.test.op, ast.And)) else [node.test]
+        texts = {ast.unparse(test.args[0]) for test in tests
+                 if _isinstance_keras3(test, context)}
+        if not texts:
+            continue
+        for statement in node.body if isinstance(node, ast.If) else [
+                node.body]:
+            for child in ast.walk(statement):
+                narrowed.setdefault(id(child), set()).update(texts)
+    return narrowed
+
+
+def _isinstance_keras3(test, context):
+    """Whether `test` is `isinstance(x, <Keras 3's class>)`."""
+    return isinstance(test, ast.Call) and isinstance(
+        test.func, ast.Name) and test.func.id == "isinstance" and len(
+        test.args) == 2 and (context.resolve(test.args[1]) or ("",))[
+        0] == KERAS3_LSO
+
+
+def _unguarded(context):
+    """The nodes of the file, less the code that asks which class it has:
+    an `if` whose test does (`_asks`), the rest of a block after such an
+    `if` that returns or raises, and a `try` that catches AttributeError
+    (or any error)."""
+    tree = context.tree
+    flags = {target.id for node in ast.walk(tree)
+             if isinstance(node, ast.Assign) and _asks(node.value, (), context)
+             for target in node.targets if isinstance(target, ast.Name)}
     pending = [tree]
     while pending:
         node = pending.pop()
-        if isinstance(node, (ast.If, ast.IfExp)) and any(
-                isinstance(name, ast.Constant)
-                and name.value in _TF24_ATTRIBUTES
-                for name in ast.walk(node.test)):
+        if isinstance(node, (ast.If, ast.IfExp)) and _asks(node.test, flags,
+                                                           context):
             continue
         if isinstance(node, ast.Try) and any(
-                isinstance(name, ast.Name) and name.id == "AttributeError"
-                for handler in node.handlers if handler.type is not None
-                for name in ast.walk(handler.type)):
+                handler.type is None or any(
+                    isinstance(name, ast.Name) and name.id in (
+                        "AttributeError", "Exception", "BaseException")
+                    for name in ast.walk(handler.type))
+                for handler in node.handlers):
             continue
         yield node
-        pending.extend(ast.iter_child_nodes(node))
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, ast.AST):
+                pending.append(value)
+            elif isinstance(value, list):
+                for child in value:
+                    if isinstance(child, ast.AST):
+                        pending.append(child)
+                    if isinstance(child, ast.If) and _asks(
+                            child.test, flags, context) and isinstance(
+                            child.body[-1], (ast.Return, ast.Raise)):
+                        break  # The rest runs only on one class.
+
+
+def _asks(test, flags, context):
+    """Whether `test` asks which class an object is, or which version runs:
+    `hasattr`, `getattr`, `isinstance` (but of Keras 3's class, which says
+    which it is), a TF 2.4 method's name, a version (`tf.__version__`,
+    `version.parse`), or a name in `flags` (set from one of those: `KERAS3
+    = tf.__version__ >= "2.16"`)."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id in ("hasattr", "getattr", "isinstance")) and (
+                not _isinstance_keras3(node, context)):
+            return True
+        if isinstance(node, ast.Constant) and node.value in _TF24_ATTRIBUTES:
+            return True
+        name = (node.id if isinstance(node, ast.Name) else
+                node.attr if isinstance(node, ast.Attribute) else "")
+        if "version" in name.lower() or name in flags:
+            return True
+    return False
 
 
 def _install(context):
@@ -281,25 +443,39 @@ def _install(context):
 
 def _runs_after(install, node, context):
     """Whether `node` runs after the `install` call: after it in the same
-    function (or the module's code), or in any function where the call is
-    in the module's code (functions run later)."""
-    scopes = _scopes(context)
-    where, tree = scopes[id(install)], context.tree
-    if where is tree and scopes[id(node)] is not tree:
+    function (or the module's code), also in a function defined there
+    after it, or in any function where the call is in the module's code
+    (functions run later)."""
+    where = _scopes(context)[id(install)]
+    inner = _within(node, where, context)
+    if where is context.tree and inner is not node:
         return True
-    return scopes[id(node)] is where and (
-        (install.lineno, install.col_offset) < (node.lineno, node.col_offset))
+    return inner is not None and (
+        (install.lineno, install.col_offset) < (inner.lineno, inner.col_offset))
+
+
+def _within(node, where, context):
+    """What of the code of `where` (a function, or the module) holds
+    `node`: `node` itself, or the function defined there that it is in;
+    None if `node` is not in `where`."""
+    scopes = _scopes(context)
+    while scopes[id(node)] is not where:
+        if scopes[id(node)] is context.tree:
+            return None
+        node = scopes[id(node)]
+    return node
 
 
 def _before_install(install, node, context):
     """Why `node`, which `install` provides, is not known to run after it."""
     line = context.line(install.lineno)
-    scopes = _scopes(context)
-    if scopes[id(node)] is scopes[id(install)]:
+    inner = _within(node, _scopes(context)[id(install)], context)
+    if inner is node:
         return f" It runs before `tf_lso.install()` ({line}), which provides it."
-    return (" It is not in the function that calls `tf_lso.install()` "
-            f"({line}), which provides it, so it is not known to run after "
-            "that call.")
+    where = ("in a function defined before" if inner is not None
+             else "not in the function that calls")
+    return (f" It is {where} `tf_lso.install()` ({line}), which provides it, "
+            "so it is not known to run after that call.")
 
 
 def _scopes(context):
@@ -535,38 +711,112 @@ def _is_import(statement, cst):
         statement.body[0], (cst.Import, cst.ImportFrom))
 
 
-def _add_import(module, heads, cst):
-    """`module` with `import tf_lso` where the rewritten names can see it.
+def _reads_module_tf_lso(module, cst):
+    """For each function of `module`, in order: whether it reads `tf_lso`
+    without importing it (the module's name)."""
+    flags = []
 
-    Right after the first top-level statement that imports one of `heads`
-    (the names the rewritten references start with): every use of those
-    comes after it. If they are imported only inside functions, after the
-    last top-level import (or the docstring). Not where a top-level `import
-    tf_lso` comes before that place, or after it with only imports between:
-    an import inside a function, or under another name, binds no
-    module-level `tf_lso`.
+    class Functions(cst.CSTVisitor):
+        def visit_FunctionDef(self, node):
+            flags.append(_reads(node, "tf_lso", cst)
+                         and not _binds(node, {"tf_lso"}, cst))
+
+    module.visit(Functions())
+    return flags
+
+
+def _reads(node, name, cst):
+    """Whether `node` has the name `name` outside its imports."""
+    found = []
+
+    class Names(cst.CSTVisitor):
+        def visit_Import(self, node):
+            return False
+
+        def visit_ImportFrom(self, node):
+            return False
+
+        def visit_Name(self, node):
+            found.append(node.value)
+
+    node.visit(Names())
+    return name in found
+
+
+def _add_import(module, heads, cst, reads_module_tf_lso):
+    """`module` with `import tf_lso` right after each import of one of
+    `heads` (the names the rewritten references start with), in its block:
+    whatever binds those names binds `tf_lso` too, before the uses (at the
+    module's level, in an `if`, `try` or `with`, or in a function).
+
+    Not where the block imports `tf_lso` before it, or right after it (only
+    imports between); nor in a function that reads the module's `tf_lso`
+    (`reads_module_tf_lso`, one flag per function): an import there would
+    make `tf_lso` the function's own name, unbound before that import.
     """
-    body = list(module.body)
-    position = next((index + 1 for index, statement in enumerate(body)
-                     if _binds(statement, heads, cst)), None)
-    if position is None:
-        position = 0
-        for index, statement in enumerate(body):
-            if _is_import(statement, cst):
-                position = index + 1
-            elif position == 0 and index == 0 and isinstance(
-                    statement, cst.SimpleStatementLine) and isinstance(
-                    statement.body[0], cst.Expr) and isinstance(
-                    statement.body[0].value, cst.SimpleString):
-                position = 1  # After the module docstring.
-    bound = next((index for index, statement in enumerate(body)
-                  if _is_import(statement, cst)
-                  and _binds(statement, {"tf_lso"}, cst)), None)
-    if bound is not None and all(_is_import(statement, cst)
-                                 for statement in body[position:bound]):
-        return module
-    body.insert(position, cst.parse_statement("import tf_lso\n"))
-    return module.with_changes(body=body)
+    line = cst.parse_statement("import tf_lso\n")
+
+    def after_imports(statements):
+        """Small statements with `import tf_lso` after each that binds one
+        of `heads` (`import tensorflow as tf; opt = tf...`)."""
+        added = []
+        for statement in statements:
+            added.append(statement)
+            if _binds(statement, heads, cst):
+                added.append(line.body[0])
+        return added
+
+    def bound(before, after):
+        """Whether `before` (up to the import, with what was added), or the
+        imports that start `after`, bind `tf_lso`."""
+        around = [*before, *itertools.takewhile(
+            lambda statement: _is_import(statement, cst), after)]
+        return any(_is_import(statement, cst)
+                   and _binds(statement, {"tf_lso"}, cst)
+                   for statement in around)
+
+    class Add(cst.CSTTransformer):
+        def __init__(self):
+            super().__init__()
+            self.functions = iter(reads_module_tf_lso)
+            self.skip = [False]  # For each function entered: leave it.
+
+        def visit_FunctionDef(self, node):
+            self.skip.append(next(self.functions))
+
+        def leave_FunctionDef(self, original_node, updated_node):
+            self.skip.pop()
+            return updated_node
+
+        def leave_Module(self, original_node, updated_node):
+            return updated_node.with_changes(body=self.body(updated_node.body))
+
+        def leave_IndentedBlock(self, original_node, updated_node):
+            return updated_node.with_changes(body=self.body(updated_node.body))
+
+        def leave_SimpleStatementSuite(self, original_node, updated_node):
+            if self.skip[-1]:
+                return updated_node
+            return updated_node.with_changes(
+                body=after_imports(updated_node.body))
+
+        def body(self, body):
+            if self.skip[-1]:
+                return body
+            added = []
+            for index, statement in enumerate(body):
+                if not (isinstance(statement, cst.SimpleStatementLine)
+                        and _binds(statement, heads, cst)
+                        and not bound([*added, statement], body[index + 1:])):
+                    added.append(statement)
+                elif len(statement.body) == 1:
+                    added.extend((statement, line))
+                else:
+                    added.append(statement.with_changes(
+                        body=after_imports(statement.body)))
+            return added
+
+    return module.visit(Add())
 
 
 def _fix_module(module, tree, cst, lines, route):
@@ -574,8 +824,10 @@ def _fix_module(module, tree, cst, lines, route):
     transformer = _transformer(cst, names,
                                rule.unprovided_aliases(tree, names),
                                lines, route)
+    reads_module_tf_lso = _reads_module_tf_lso(module, cst)
     module = cst.metadata.MetadataWrapper(
         module, unsafe_skip_copy=True).visit(transformer)
     if transformer.needs_tf_lso:
-        module = _add_import(module, transformer.heads, cst)
+        module = _add_import(module, transformer.heads, cst,
+                             reads_module_tf_lso)
     return module
