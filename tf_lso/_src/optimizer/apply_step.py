@@ -14,17 +14,16 @@ of gradients (the optimizer only says whether they are still scaled):
     5. check     one finite check on the stacks, one scalar all-reduce
                  (`replicas.all_finite`); with gradient accumulation on the
                  window's sums so far
-    6. decide    the loss scale's `Rule` applied to the verdict
-                 (`loss_scale.advance`): new scale and counter, branch-free
+    6. decide    a dynamic scale's new scale and counter, branch-free
+                 (`loss_scale.advance`)
     7. apply or skip, on every replica alike (`replicas.cond_on_all_replicas`)
 
-A fixed scale's rule needs no check: step 5 and the cond disappear, as in
-TF 2.4. A user's `LossScale` has no rule; steps 5 and 6 are then its
-`update(grads)`, as TF 2.4 called it. On a skipped step no variable or slot
-changes: the inner optimizer only counts the step, `skipped_steps` grows by
-one and the overflow record is updated. With gradient accumulation a
-window's first non-finite call drops the window (its sums are zeroed) and
-is the one counted in `skipped_steps` (`Verdict.window`).
+A fixed scale needs no check: steps 5 and 6 and the cond disappear. For a
+user's `LossScale`, steps 5 and 6 are its `update(grads)`. On a skipped step
+no variable or slot changes: the inner optimizer only counts the step,
+`skipped_steps` grows by one and the overflow record is updated. With
+gradient accumulation a window's first non-finite call drops the window
+(its sums are zeroed) and is the one counted in `skipped_steps`.
 """
 
 from __future__ import annotations
@@ -72,26 +71,6 @@ class Verdict(typing.NamedTuple):
     update_op: Any
     should_apply: bool | tf.Tensor
     checked: packing.Packed
-    window: Window | None
-
-
-class Skipped(typing.NamedTuple):
-    """The tensors a skipped step records (step 7's skip branch).
-
-    Under a strategy the skip runs once, in a cross-replica context: each
-    field then holds every replica's value (`replicas.cond_on_all_replicas`).
-
-    Attributes:
-        checked: The values of `Verdict.checked`.
-        scale: The loss scale the step was taken with.
-        loss_nonfinite: A bool tensor, whether the loss the optimizer scaled
-            for this step was not finite; None if it saw no loss.
-        window: `Verdict.window`.
-    """
-
-    checked: list[tf.Tensor]
-    scale: tf.Tensor
-    loss_nonfinite: tf.Tensor | None
     window: Window | None
 
 
@@ -198,14 +177,16 @@ class ApplyStep(tf.Module):
         # 7. Apply or skip, on every replica alike.
         apply = functools.partial(self._apply, packed=packed, name=name,
                                   aggregate=aggregate)
+        # Under a strategy the skip runs once, in a cross-replica context,
+        # with every replica's values of its arguments.
         skip = functools.partial(self._skip, checked=verdict.checked,
                                  names_id=names_id)
-        skipped = Skipped(verdict.checked.values, scale, loss_nonfinite,
-                          verdict.window)
         v1_graph = replicas.in_v1_graph()
         step_op = replicas.cond_on_all_replicas(
             verdict.should_apply, apply, _one_op(skip) if v1_graph else skip,
-            args=(packed.values, packed.aux, var_list), false_args=(skipped,))
+            args=(packed.values, packed.aux, var_list),
+            false_args=(verdict.checked.values, scale, loss_nonfinite,
+                        verdict.window))
         return replicas.grouped((verdict.update_op, step_op)) if v1_graph else None
 
     def _check_accumulation(self) -> None:
@@ -239,42 +220,35 @@ class ApplyStep(tf.Module):
         grads = packed.unpack([tf.identity(v) for v in values], aux)
         return self._inner.apply(list(zip(grads, var_list)), name, aggregate)
 
-    def _skip(self, skipped: Skipped, *, checked: packing.Packed,
-              names_id: int) -> None:
-        """Step 7, skipped: no variable or slot changes; the step is counted.
+    def _skip(self, values: list[tf.Tensor], scale: tf.Tensor,
+              loss_nonfinite: tf.Tensor | None, window: Window | None, *,
+              checked: packing.Packed, names_id: int) -> None:
+        """Step 7, skipped: no variable or slot changes; the step counts.
 
-        With gradient accumulation, a window is dropped at its first
-        non-finite call: the skip is counted then; its later calls only
-        count the step.
+        `values` are `checked`'s, as the branch received them. With gradient
+        accumulation, only a window's first non-finite call counts as a
+        skipped step; the window's other calls only count in `iterations`.
         """
-        if skipped.window is None:
-            self._count_skip(skipped, checked=checked, names_id=names_id)
+
+        def count() -> None:
+            # Only skipped steps pay for finding the offending variables.
+            flags = replicas.summed(
+                functools.partial(_nonfinite_flags, checked), values,
+                loss_nonfinite)
+            step = tf.identity(self._inner.iterations)
+            self._inner.skip_step()
+            self.skipped_steps.assign_add(1)
+            self._overflow.skipped(flags, step, names_id,
+                                   replicas.first_replica(scale),
+                                   loss_seen=loss_nonfinite is not None)
+
+        if window is None:
+            count()
             return
-        first_overflow, window_end = map(replicas.first_replica,
-                                         skipped.window)
-        tf.cond(first_overflow,
-                functools.partial(self._count_skip, skipped, checked=checked,
-                                  names_id=names_id),
-                self._inner.skip_step)
+        first_overflow, window_end = map(replicas.first_replica, window)
+        tf.cond(first_overflow, count, self._inner.skip_step)
         window_overflowed: Any = self.window_overflowed
         window_overflowed.assign(tf.logical_not(window_end))
-
-    def _count_skip(self, skipped: Skipped, *, checked: packing.Packed,
-                    names_id: int) -> None:
-        """Counts a skipped step and records why (the overflow record)."""
-        # Only skipped steps pay for finding the offending variables: the
-        # gradients' flags and the loss's, in one sum over replicas.
-        flags = replicas.summed(functools.partial(_nonfinite_flags, checked),
-                                skipped.checked, skipped.loss_nonfinite)
-        loss_seen = skipped.loss_nonfinite is not None
-        consecutive = self._overflow.record(
-            flags[:-1] if loss_seen else flags, self._inner.iterations,
-            names_id, replicas.first_replica(skipped.scale),
-            flags[-1] if loss_seen else None)
-        self._inner.skip_step()
-        self.skipped_steps.assign_add(1)
-        self._overflow.report(names_id)
-        self._overflow.check(consecutive, names_id)
 
     def _pack(self, grads: list[packing.Gradient], var_list: list[tf.Variable],
               scaled: bool, packed: packing.Packed | None) -> packing.Packed:
@@ -305,9 +279,11 @@ class ApplyStep(tf.Module):
         once, and the window's later calls are dropped up to its end.
         """
         window = self._inner.accumulation_window(var_list)
-        rule = loss_scale_lib.step_rule(self._loss_scale,
-                                        accumulating=window is not None)
-        if rule is None and window is not None:
+        accumulating = window is not None
+        if loss_scale_lib.never_skips(self._loss_scale, accumulating):
+            return Verdict(loss_scale_lib.no_op(), True, packed, None)
+        rule = loss_scale_lib.step_rule(self._loss_scale, accumulating)
+        if rule is None and accumulating:
             raise NotImplementedError(
                 "Gradient accumulation (`gradient_accumulation_steps` on "
                 "the inner optimizer) needs a FixedLossScale or "
@@ -315,14 +291,11 @@ class ApplyStep(tf.Module):
                 f"{self._loss_scale!r}. Accumulate gradients yourself, "
                 "or use one of those two classes.")
         if rule is None:
-            # A user's update, as TF 2.4 called it: once a step, in a
-            # cross-replica context, with every replica's gradients.
+            # A user's update: once a step, in a cross-replica context, with
+            # every replica's gradients.
             update_op, should_apply = replicas.in_cross_replica_context(
                 self._loss_scale.update, packed.unpack())
             return Verdict(update_op, should_apply, packed, None)
-        if not rule.checks:  # A fixed scale applies every step (TF 2.4).
-            update_op = None if tf.executing_eagerly() else tf.no_op()
-            return Verdict(update_op, True, packed, None)
         if window is None:
             update_op, should_apply = loss_scale_lib.advance(
                 self._loss_scale, replicas.all_finite(packed))

@@ -51,7 +51,8 @@ def describe(loss_scale: loss_scale_lib.LossScale) -> OptimizerSettings | None:
     with a rule.
     """
     if isinstance(loss_scale, loss_scale_lib.FixedLossScale):
-        return OptimizerSettings(False, loss_scale.rule.value, None, None)
+        return OptimizerSettings(
+            False, loss_scale.get_config()["loss_scale_value"], None, None)
     if isinstance(loss_scale, loss_scale_lib.DynamicLossScale):
         rule = loss_scale.rule
         if rule.multiplier != TF24_MULTIPLIER:

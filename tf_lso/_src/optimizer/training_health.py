@@ -101,11 +101,10 @@ class OverflowRecord(tf.Module):
 
     Args:
         max_consecutive_skips: None, or an int K >= 1: the (K+1)-th skipped
-            step in a row raises (see `check`).
-        print_overflows: Whether skipped steps print their record (see
-            `report`).
+            step in a row raises.
+        print_overflows: Whether skipped steps print their record.
         stop_on_nonfinite_loss: Whether a step skipped with a non-finite
-            loss raises (see `check`).
+            loss raises.
     """
 
     def __init__(self, max_consecutive_skips: int | None = None,
@@ -151,24 +150,26 @@ class OverflowRecord(tf.Module):
             self.variable_names.append(names)
         return self.variable_names.index(names)
 
-    def record(self, nonfinite: tf.Tensor, step: tf.Tensor, names_id: int,
-               scale: tf.Tensor,
-               loss_nonfinite: tf.Tensor | None = None) -> tf.Tensor:
-        """Records a skipped step. Called in the skip branch only.
+    def skipped(self, flags: tf.Tensor, step: tf.Tensor, names_id: int,
+                scale: tf.Tensor, *, loss_seen: bool) -> None:
+        """Records a skipped step, prints it and stops a stuck run.
+
+        Called in the skip branch only. It prints the record if
+        `print_overflows`, and raises if `verdict` says that training must
+        stop.
 
         Args:
-            nonfinite: An int32 vector, one entry per variable: > 0 where the
-                gradient (on any replica) was not finite.
+            flags: An int32 vector, one entry per variable, > 0 where the
+                gradient (on any replica) was not finite; if `loss_seen`,
+                one more entry at the end, > 0 where the loss was not finite.
             step: The int64 step being skipped.
             names_id: `names_id_for(var_list)`.
             scale: The loss scale the step was taken with (before it backed
                 off).
-            loss_nonfinite: None if the step's loss is unknown; else a
-                scalar, > 0 where the loss (on any replica) was not finite.
-
-        Returns:
-            The int64 number of steps skipped in a row, this one included.
+            loss_seen: Whether the optimizer saw the step's loss.
         """
+        nonfinite, loss_nonfinite = (flags[:-1], flags[-1]) if loss_seen else (
+            flags, None)
         self.floor_skips.assign_add(tf.cast(scale <= 1.0, tf.int64))
         if loss_nonfinite is None:
             cause = tf.constant(UNKNOWN_CAUSE, tf.int64)
@@ -199,7 +200,8 @@ class OverflowRecord(tf.Module):
         self.names_id.assign(tf.constant(names_id, tf.int64))
         self.consecutive.assign(consecutive)
         self.step.assign(step)
-        return consecutive
+        self._print(names_id)
+        self._stop_if_stuck(consecutive, names_id)
 
     def _offending(self, names_id: int) -> tf.Tensor:
         """The names the record holds (of the variables whose gradients
@@ -209,8 +211,8 @@ class OverflowRecord(tf.Module):
             tf.gather(names, tf.boolean_mask(self.indices, self.indices >= 0)),
             separator=", ")
 
-    def report(self, names_id: int) -> None:
-        """Prints the record just made, if `print_overflows` (skip branch).
+    def _print(self, names_id: int) -> None:
+        """Prints the record just made, if `print_overflows`.
 
         One line on stderr through `tf.print`: the step, whether the loss
         itself was not finite (when the optimizer saw it), how many
@@ -240,7 +242,7 @@ class OverflowRecord(tf.Module):
                 consecutive: Any, names_id: int) -> tuple[tf.Tensor, tf.Tensor]:
         """Whether training must stop after the last skipped step, and why.
 
-        The one stop rule, eagerly and inside a `tf.function` (`check`, and
+        The one stop rule, eagerly and inside a `tf.function` (`skipped`, and
         `LossScaleMonitor` through `stop_message`): with `stop_on_loss`, a
         step skipped with a non-finite loss stops; with `limit`, more than
         `limit` steps skipped in a row stop. The message is built here only,
@@ -280,7 +282,7 @@ class OverflowRecord(tf.Module):
                          f" {REMEDIES}"])))
         return tf.logical_or(stop_for_loss, stuck), message
 
-    def check(self, consecutive: tf.Tensor, names_id: int) -> None:
+    def _stop_if_stuck(self, consecutive: tf.Tensor, names_id: int) -> None:
         """Raises if training must stop after the step just recorded.
 
         When `verdict` says so, by this record's `stop_on_nonfinite_loss`

@@ -5,12 +5,12 @@ The loss scale classes of TF 2.1-2.8 (`tf.mixed_precision.experimental` and
 one interface, `__call__()` and `update(grads)`, so the optimizer never needs
 to know which one it holds.
 
-The built-in classes also state how they change as a `Rule`: a `FixedRule`
-(nothing changes, nothing is checked) or a `DynamicRule`, whose `next` is a
-pure function `(scale, count, finite) -> (scale, count)`. A loss scale
-optimizer's step (`optimizer/apply_step.py`) checks the gradients itself and
-applies the rule with `advance`; for a user's subclass (`step_rule` is None)
-the step calls its `update(grads)`, as TF 2.4 did.
+A loss scale optimizer's step (`optimizer/apply_step.py`) does not call a
+built-in class's `update`. A fixed scale needs nothing (`never_skips`). A
+dynamic scale states how it changes as a `DynamicRule`, whose `next` is a
+pure function `(scale, count, finite) -> (scale, count)`: the step checks
+the gradients itself and applies the rule with `advance`. The step calls
+the `update(grads)` of any other loss scale (`step_rule` is None).
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 from typing import Any
-from typing import ClassVar
-from typing import Union
 
 import tensorflow as tf
 
@@ -34,23 +32,11 @@ DEFAULT_GROWTH_STEPS = 2000
 
 
 @dataclasses.dataclass(frozen=True)
-class FixedRule:
-    """A fixed scale's rule: nothing changes, and no step is skipped.
-
-    So a step with it needs no finite check and no cond (`checks` is False).
-    """
-
-    value: float
-    checks: ClassVar[bool] = False
-
-
-@dataclasses.dataclass(frozen=True)
 class DynamicRule:
     """`DynamicLossScale`'s rule (see its docstring).
 
     `next(scale, count, finite)` is the scale and counter after a step whose
-    gradients were (`finite`) or were not finite. The verdict matters
-    (`checks` is True): a step with this rule checks its gradients.
+    gradients were (`finite`) or were not finite.
 
     Attributes:
         initial: The initial scale, where a damaged scale restarts (under
@@ -62,7 +48,6 @@ class DynamicRule:
     initial: float
     period: int
     multiplier: float
-    checks: ClassVar[bool] = True
 
     def next(self, scale: tf.Tensor, count: tf.Tensor,
              finite: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -77,12 +62,6 @@ class DynamicRule:
                               self.initial)
         return (tf.where(finite, finite_scale, backed_off),
                 tf.where(finite, finite_count, tf.zeros_like(count)))
-
-
-# How a built-in loss scale changes after a step: `checks` says whether the
-# step's finite verdict matters at all, and a `DynamicRule` computes the
-# next scale and counter from it.
-Rule = Union[FixedRule, DynamicRule]
 
 
 class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
@@ -126,18 +105,6 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def get_config(self) -> dict[str, Any]:
         """Returns the constructor arguments of this loss scale as a dict."""
-
-    @property
-    def rule(self) -> Rule | None:
-        """How this loss scale changes, as a pure `Rule`; None if unknown.
-
-        `FixedLossScale` and `DynamicLossScale` have one, which a loss scale
-        optimizer applies itself (one finite check of the gradients it
-        packed, see `advance`). Any other loss scale, and a subclass of
-        those two that overrides `update`, is asked through `update(grads)`
-        instead (`step_rule`), as TF 2.4 asked every loss scale.
-        """
-        return None
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> LossScale:
@@ -218,12 +185,7 @@ class FixedLossScale(LossScale):
             otherwise; `True` is a Python bool, so callers need no `tf.cond`.
         """
         del grads
-        return tf.no_op() if not tf.executing_eagerly() else None, True
-
-    @property
-    def rule(self) -> FixedRule:
-        """A `FixedRule`: no check, nothing changes."""
-        return FixedRule(self._loss_scale_value)
+        return no_op(), True
 
     def get_config(self) -> dict[str, Any]:
         """Returns `{'loss_scale_value': <float>}`."""
@@ -377,27 +339,40 @@ tf.compat.v1.mixed_precision.LossScale.register(LossScale)
 tf.compat.v1.mixed_precision.FixedLossScale.register(FixedLossScale)
 tf.compat.v1.mixed_precision.DynamicLossScale.register(DynamicLossScale)
 
-# The `update`s that are their class's rule (see `step_rule`).
+# The `update`s that the step replaces with its own check (`step_rule`).
 _RULED_UPDATES = (FixedLossScale.update, DynamicLossScale.update)
 
 
-def step_rule(loss_scale: LossScale,
-              accumulating: bool = False) -> Rule | None:
-    """The rule a loss scale optimizer applies for `loss_scale`, or None.
+def _follows_its_class(loss_scale: LossScale, accumulating: bool) -> bool:
+    # A subclass that overrides `update` is asked through it, unless the
+    # step accumulates gradients, which its `update` knows nothing of.
+    return accumulating or type(loss_scale).update in _RULED_UPDATES
 
-    None means: call its `update(grads)`, as TF 2.4's optimizer did every
-    step. That is so for a `LossScale` of the user's, and for a subclass of
-    `FixedLossScale` or `DynamicLossScale` that overrides `update` (its own
-    `update` runs, as it did in TF 2.4); a built-in class's own `update`
-    is its rule, which the optimizer applies itself. With gradient
-    accumulation (`accumulating`), which TF 2.4 did not have, a subclass of
-    a built-in class follows its class's rule; other loss scales have none.
+
+def never_skips(loss_scale: LossScale, accumulating: bool = False) -> bool:
+    """Whether the step applies every step with no check: a fixed scale."""
+    return isinstance(loss_scale, FixedLossScale) and _follows_its_class(
+        loss_scale, accumulating)
+
+
+def step_rule(loss_scale: LossScale,
+              accumulating: bool = False) -> DynamicRule | None:
+    """The `DynamicRule` the step applies itself, or None.
+
+    None means that the step calls `update(grads)`: for a `LossScale` of the
+    user's, a subclass that overrides `update`, and a fixed scale (whose
+    `update` the step skips, see `never_skips`). `accumulating` says that
+    the inner optimizer accumulates gradients.
     """
-    if not isinstance(loss_scale, (FixedLossScale, DynamicLossScale)):
-        return None
-    if accumulating or type(loss_scale).update in _RULED_UPDATES:
+    if isinstance(loss_scale, DynamicLossScale) and _follows_its_class(
+            loss_scale, accumulating):
         return loss_scale.rule
     return None
+
+
+def no_op() -> tf.Operation | None:
+    """An update op that does nothing: None eagerly, else a `tf.no_op`."""
+    return None if tf.executing_eagerly() else tf.no_op()
 
 
 def usable(scale: tf.Tensor) -> tf.Tensor:
@@ -408,50 +383,25 @@ def usable(scale: tf.Tensor) -> tf.Tensor:
 def advance(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
             active: tf.Tensor | None = None
             ) -> tuple[tf.Tensor | None, tf.Tensor]:
-    """Assigns the scale and counter its `rule` gives after a step.
+    """Assigns the scale and counter that its `rule` gives after a step.
 
     Args:
-        loss_scale: A `DynamicLossScale` (a loss scale with state).
+        loss_scale: A `DynamicLossScale`.
         is_finite: A bool scalar tensor: this step's verdict.
         active: None, or a bool scalar tensor: where False, nothing changes
-            (gradient accumulation: only a window's first non-finite call
-            and the end of a window that applies change the state).
+            (with gradient accumulation, only a window's first non-finite
+            call and the end of a window that applies change the state).
 
     Returns:
-        `(update_op, is_finite)`, as `LossScale.update` does: `update_op`
-        is None in eager mode, and `is_finite` is False as well when the
-        scale itself is unusable.
+        `(update_op, is_finite)`, as `LossScale.update` returns them:
+        `update_op` is None eagerly, and `is_finite` is False as well when
+        the scale itself is damaged.
 
     Raises:
-        ValueError: In eager mode, if the current scale is not positive and
-            finite (a corrupt checkpoint); in a graph, an assertion does.
+        ValueError: Eagerly, if the scale is damaged (see `_checked`); in a
+            graph, an assertion does.
     """
-    scale = tf.convert_to_tensor(loss_scale.current_loss_scale)
-    count = tf.convert_to_tensor(loss_scale.good_steps)
-    # A scale the rule computes is always positive and finite, but a
-    # restored or assigned one may not be (a corrupt checkpoint): NaN or
-    # inf would skip every step, silently and forever; 0 and negative
-    # values are no loss scales either. Checked before any state changes.
-    scale_usable = usable(scale)
-    scale_ok = scale_usable
-    if active is not None:
-        scale_ok = tf.logical_or(scale_ok, tf.logical_not(active))
-    if tf.executing_eagerly():
-        if not bool(scale_ok):
-            raise ValueError(_corrupt_scale_message(float(scale)))
-    else:
-        check = tf.debugging.Assert(
-            scale_ok, [_corrupt_scale_message("<shown below>"), scale]
-        )
-        # Every state change and the apply/skip decision wait for it.
-        with tf.control_dependencies([check]):
-            scale, count, is_finite = (
-                tf.identity(scale), tf.identity(count),
-                tf.identity(is_finite),
-            )
-        # XLA drops the assertion: there the step is skipped and the scale
-        # restarts from its initial value (`DynamicRule.next`).
-        is_finite = tf.logical_and(is_finite, scale_usable)
+    scale, count, is_finite = _checked(loss_scale, is_finite, active)
     new_scale, new_count = loss_scale.rule.next(scale, count, is_finite)
     if active is not None:
         new_scale = tf.where(active, new_scale, scale)
@@ -460,10 +410,41 @@ def advance(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
                                  (loss_scale.good_steps, new_count)])
     if tf.executing_eagerly():
         return None, is_finite
-    # A Tensor, as TF's update op was, so `tf.identity(update_op)` works
-    # in tf.compat.v1 graphs: the new scale, read after both writes.
+    # A tensor, as TF's update op was, so that `tf.identity(update_op)`
+    # works in tf.compat.v1 graphs: the new scale, read after both writes.
     with tf.control_dependencies(ops):
         return tf.identity(new_scale), is_finite
+
+
+def _checked(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
+             active: tf.Tensor | None
+             ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The scale, counter and verdict, once the scale is known usable.
+
+    The rule always computes a positive finite scale, but a restored or
+    assigned one may be NaN, inf, 0 or negative (a corrupt checkpoint).
+    Such a scale would skip every step, silently and forever, so it is an
+    error, raised before any state changes. XLA drops the graph's
+    assertion: there the step is skipped and the rule restarts the scale
+    from its initial value.
+    """
+    scale = tf.convert_to_tensor(loss_scale.current_loss_scale)
+    count = tf.convert_to_tensor(loss_scale.good_steps)
+    scale_usable = usable(scale)
+    scale_ok = scale_usable
+    if active is not None:
+        scale_ok = tf.logical_or(scale_ok, tf.logical_not(active))
+    if tf.executing_eagerly():
+        if not bool(scale_ok):
+            raise ValueError(_corrupt_scale_message(float(scale)))
+        return scale, count, is_finite
+    check = tf.debugging.Assert(
+        scale_ok, [_corrupt_scale_message("<shown below>"), scale])
+    # Every state change and the apply/skip decision wait for it.
+    with tf.control_dependencies([check]):
+        scale, count, is_finite = (tf.identity(scale), tf.identity(count),
+                                   tf.identity(is_finite))
+    return scale, count, tf.logical_and(is_finite, scale_usable)
 
 
 def any_positive_fixed_scale(value: Any, name: str) -> FixedLossScale:
