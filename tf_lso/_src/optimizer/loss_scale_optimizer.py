@@ -528,7 +528,8 @@ class LossScaleOptimizer(
                 optimizer is a tf_keras legacy one (the only kind that
                 updates variables there).
         """
-        scaled = self._seen_losses.still_scaled()
+        seen = self._seen_losses.last()
+        scaled = seen is not None and seen.still_scaled
         if not scaled:
             self._seen_losses.warn_if_not_unscaled()
         grads_and_vars = tuple(grads_and_vars)
@@ -570,7 +571,8 @@ class LossScaleOptimizer(
                 )
             trainable_variables = compat.keras_trainable_variables(self)
         grads = list(grads)
-        scaled = not self._seen_losses.unscaled_since_scaled()
+        seen = self._seen_losses.last()
+        scaled = seen is None or not seen.unscaled
         if not scaled and not all(self._handed_out.issued(g)
                                   for g in grads if g is not None):
             self._seen_losses.warn_taken_as_unscaled()

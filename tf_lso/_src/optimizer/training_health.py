@@ -427,123 +427,95 @@ def warn_if_bfloat16_policy(dynamic: bool | None) -> None:
 
 
 @dataclasses.dataclass
-class _Seen:
-    """A thread's last scaled loss, as `SeenLosses` keeps it."""
+class SeenLoss:
+    """A thread's last scaled loss, as the thread's next apply reads it.
 
-    graph: Any  # The graph it was scaled in, or None eagerly.
-    nonfinite: tf.Tensor  # A bool scalar: the loss had an Inf or NaN.
-    unscale_due: bool  # get_scaled_loss's: its gradients not yet unscaled.
-    still_scaled: bool  # scale_loss's: apply_gradients must unscale them.
+    Two fields hold only in the loss's graph: `nonfinite`, a tensor, and
+    `unscale_due`, since only there are the gradients known to be the
+    loss's. The others hold in every graph of the thread: Keras 3 code may
+    scale a loss in one `tf.function` and apply in another, or eagerly.
+    """
+
+    def in_its_graph(self) -> bool:
+        return self.graph is _graph()
+
+    graph: Any  # The graph the loss was scaled in; None eagerly.
+    nonfinite: tf.Tensor  # Whether the loss had an Inf or NaN.
+    unscale_due: bool  # get_scaled_loss's: gradients due get_unscaled_gradients.
+    still_scaled: bool  # scale_loss's: gradients reach the apply scaled.
     unscaled: bool = False  # get_unscaled_gradients was called since.
 
 
+def _graph() -> Any:
+    return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+
+
 class SeenLosses:
-    """The loss the optimizer last scaled, per thread, for the next apply.
+    """The loss each thread scaled last, kept until the thread's next apply.
 
-    `get_scaled_loss` and `scale_loss` see the loss before it is scaled;
-    the `apply_gradients` or `apply` that follows in the same thread and
-    graph (each replica of a `MirroredStrategy` runs in a thread of its own)
-    takes what was seen:
-
-    * whether the loss was finite, for the record of a skipped step: a bool
-      tensor, so nothing is read back to the host, and a `tf.function`
-      computes it next to the loss;
-    * whether the gradients are still scaled (Keras 3's `scale_loss`, until
-      `get_unscaled_gradients`), so `apply_gradients` unscales them: a
-      Python bool, looked at while tracing, in any graph of the thread (the
-      loss may be scaled in one `tf.function` and applied in another, or
-      eagerly). Per thread because replica threads take turns at every
-      `merge_call`, which may come between one replica's `scale_loss` and
-      its `apply_gradients`;
-    * whether a loss scaled by `get_scaled_loss` (TF 2.x's protocol) is
-      still due its unscaling (`unscaling` says it may have had it), for
-      `warn_if_not_unscaled`: a Python bool, looked at while tracing.
+    `get_scaled_loss` and `scale_loss` see the loss before they scale it.
+    The skipped step's record takes whether it was finite: a tensor, so
+    nothing is read back to the host. The apply reads whether its gradients
+    are still scaled. Per thread, because each replica of a
+    `MirroredStrategy` runs in a thread of its own, and replica threads take
+    turns at every `merge_call`, which may come between one replica's
+    `scale_loss` and its apply.
     """
 
-    # Replica threads each keep one until their apply takes it; threads
-    # that never apply leave theirs, the oldest of which go first.
+    # Threads that never apply leave their entry; past this, the oldest go.
     _MAX_ENTRIES = 64
 
     def __init__(self) -> None:
-        self._entries: dict[int, _Seen] = {}  # By thread id.
-        self._warned = False  # warn_if_not_unscaled warns once.
-        self._warned_apply = False  # warn_taken_as_unscaled warns once.
-
-    @staticmethod
-    def _graph() -> Any:
-        return None if tf.executing_eagerly() else (
-            tf.compat.v1.get_default_graph())
+        self._entries: dict[int, SeenLoss] = {}  # By thread id.
+        self._warned: set[str] = set()  # The methods warned about, once.
 
     def see(self, loss: tf.Tensor, unscale_due: bool = False,
             still_scaled: bool = False) -> None:
-        """Keeps whether `loss` (a float tensor) has an Inf or NaN.
-
-        Args:
-            loss: The loss before scaling.
-            unscale_due: Whether its gradients must go through
-                `get_unscaled_gradients` before `apply_gradients` (TF 2.x's
-                `get_scaled_loss`; not Keras 3's `scale_loss`).
-            still_scaled: Whether `apply_gradients` gets its gradients
-                scaled and unscales them (Keras 3's `scale_loss`).
-        """
+        """Keeps `loss` (the float loss before scaling) for this thread."""
         thread = threading.get_ident()
         self._entries.pop(thread, None)
         if len(self._entries) >= self._MAX_ENTRIES:
             self._entries.pop(next(iter(self._entries)))
         nonfinite = tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))
-        self._entries[thread] = _Seen(self._graph(), nonfinite, unscale_due,
-                                      still_scaled)
+        self._entries[thread] = SeenLoss(_graph(), nonfinite, unscale_due,
+                                         still_scaled)
 
-    def _entry(self) -> _Seen | None:
-        entry = self._entries.get(threading.get_ident())
-        return entry if entry is not None and entry.graph is self._graph() else (
-            None)
+    def last(self) -> SeenLoss | None:
+        """This thread's last scaled loss, or None."""
+        return self._entries.get(threading.get_ident())
+
+    def scaled_in_another_graph_since(self, seen: SeenLoss | None) -> bool:
+        """Whether this thread scaled a loss since `seen` was `last()`, in
+        another graph (a nested `tf.function`'s)."""
+        entry = self.last()
+        return entry is not seen and entry is not None and (
+            not entry.in_its_graph())
 
     def unscaling(self) -> None:
-        """Says that the gradients of the loss seen last may be unscaled by
-        hand, with the loss scale read."""
-        entry = self._entry()
-        if entry is not None:
+        """Says that code may unscale the last loss's gradients by hand."""
+        entry = self.last()
+        if entry is not None and entry.in_its_graph():
             entry.unscale_due = False
 
     def unscaled(self) -> None:
-        """Says that `get_unscaled_gradients` unscaled the gradients of the
-        loss seen last."""
-        entry = self._entries.get(threading.get_ident())
+        """Says that `get_unscaled_gradients` unscaled the last loss's
+        gradients."""
+        entry = self.last()
         if entry is not None:
-            entry.still_scaled = False
-            entry.unscaled = True
+            entry.still_scaled, entry.unscaled = False, True
         self.unscaling()
 
-    def last(self) -> _Seen | None:
-        """What was seen last in this thread (in any graph), or None."""
-        return self._entries.get(threading.get_ident())
-
-    def scaled_in_another_graph_since(self, seen: _Seen | None) -> bool:
-        """Whether a loss was scaled in this thread since `last()` was
-        `seen`, in another graph than the current one (a nested
-        `tf.function`'s)."""
-        entry = self.last()
-        return entry is not seen and entry is not None and (
-            entry.graph is not self._graph())
-
-    def unscaled_since_scaled(self) -> bool:
-        """Whether `get_unscaled_gradients` was called since the loss seen
-        last in this thread (in any graph) was scaled."""
-        entry = self._entries.get(threading.get_ident())
-        return entry is not None and entry.unscaled
-
     def warn_taken_as_unscaled(self) -> None:
-        """Warns (once) that `apply` takes gradients as unscaled.
+        """Warns once that `apply` takes gradients as unscaled.
 
         For `apply` of gradients that `get_unscaled_gradients` did not hand
-        out, after it unscaled the gradients of the loss scaled last: they
-        are most likely computed from its output (clipped, say), so they
-        are applied as they are, as `apply_gradients` would.
+        out, after it unscaled the last loss's gradients: they are most
+        likely computed from its output (clipped, say), so they are applied
+        as they are, as `apply_gradients` would.
         """
-        if self._warned_apply:
+        if "apply" in self._warned:
             return
-        self._warned_apply = True
+        self._warned.add("apply")
         _warn(
             "apply() takes the gradients of a scaled loss (Keras 3's "
             "protocol) and unscales them, but get_unscaled_gradients already "
@@ -554,24 +526,18 @@ class SeenLosses:
             "without get_unscaled_gradients, or pass it what "
             f"get_unscaled_gradients returned. {_SILENCE}")
 
-    def still_scaled(self) -> bool:
-        """Whether the gradients of the loss seen last in this thread, in
-        any graph, are still scaled (by `scale_loss`, with no
-        `get_unscaled_gradients` since)."""
-        entry = self._entries.get(threading.get_ident())
-        return entry is not None and entry.still_scaled
-
     def warn_if_not_unscaled(self) -> None:
-        """Warns (once) if `get_scaled_loss`'s loss was not unscaled since.
+        """Warns once if `get_scaled_loss`'s gradients were not unscaled.
 
-        For `apply_gradients` of unscaled gradients (TF 2.x's protocol):
-        called while tracing, it adds nothing to the step.
+        For `apply_gradients` of unscaled gradients (TF 2.x's protocol).
+        Called while tracing, it adds nothing to the step.
         """
-        entry = self._entry()
-        if entry is None or not entry.unscale_due or self._warned:
+        entry = self.last()
+        if (entry is None or not entry.in_its_graph() or not entry.unscale_due
+                or "apply_gradients" in self._warned):
             return
         entry.unscale_due = False
-        self._warned = True
+        self._warned.add("apply_gradients")
         _warn(
             "apply_gradients got gradients, but the loss that get_scaled_loss "
             "scaled before it never went through get_unscaled_gradients: if "
@@ -582,17 +548,14 @@ class SeenLosses:
             f"grads, vars)). {_SILENCE}")
 
     def take(self) -> tf.Tensor | None:
-        """The verdict on the loss last seen in this thread and graph.
-
-        Taking it ends what was seen: the next apply sees nothing, unless a
-        loss is scaled again.
+        """Ends this thread's last loss; returns its verdict, if usable here.
 
         Returns:
             A bool scalar tensor (True: not finite), or None if no loss was
-            seen since the last apply. Each verdict is taken once.
+            seen since the last apply, or it was seen in another graph.
         """
         entry = self._entries.pop(threading.get_ident(), None)
-        if entry is None or entry.graph is not self._graph():
+        if entry is None or not entry.in_its_graph():
             return None
         return entry.nonfinite
 

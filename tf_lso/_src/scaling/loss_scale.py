@@ -339,20 +339,16 @@ tf.compat.v1.mixed_precision.LossScale.register(LossScale)
 tf.compat.v1.mixed_precision.FixedLossScale.register(FixedLossScale)
 tf.compat.v1.mixed_precision.DynamicLossScale.register(DynamicLossScale)
 
-# The `update`s that the step replaces with its own check (`step_rule`).
+# The `update`s that the step replaces with its own check. A subclass that
+# overrides `update` is asked through it, unless the inner optimizer
+# accumulates gradients, which its `update` knows nothing of.
 _RULED_UPDATES = (FixedLossScale.update, DynamicLossScale.update)
-
-
-def _follows_its_class(loss_scale: LossScale, accumulating: bool) -> bool:
-    # A subclass that overrides `update` is asked through it, unless the
-    # step accumulates gradients, which its `update` knows nothing of.
-    return accumulating or type(loss_scale).update in _RULED_UPDATES
 
 
 def never_skips(loss_scale: LossScale, accumulating: bool = False) -> bool:
     """Whether the step applies every step with no check: a fixed scale."""
-    return isinstance(loss_scale, FixedLossScale) and _follows_its_class(
-        loss_scale, accumulating)
+    return isinstance(loss_scale, FixedLossScale) and (
+        accumulating or type(loss_scale).update in _RULED_UPDATES)
 
 
 def step_rule(loss_scale: LossScale,
@@ -364,8 +360,8 @@ def step_rule(loss_scale: LossScale,
     `update` the step skips, see `never_skips`). `accumulating` says that
     the inner optimizer accumulates gradients.
     """
-    if isinstance(loss_scale, DynamicLossScale) and _follows_its_class(
-            loss_scale, accumulating):
+    if isinstance(loss_scale, DynamicLossScale) and (
+            accumulating or type(loss_scale).update in _RULED_UPDATES):
         return loss_scale.rule
     return None
 
