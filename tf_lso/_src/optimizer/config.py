@@ -81,12 +81,6 @@ def checked_config(config: Any, class_name: str) -> dict[str, Any]:
     return config
 
 
-def inner_optimizer_key(config: dict[str, Any]) -> str:
-    """The key of the inner optimizer's config in a config of either
-    format."""
-    return TF23_OPTIMIZER if TF23_OPTIMIZER in config else INNER_OPTIMIZER
-
-
 def optional_config(name: str | None, max_consecutive_skips: int | None,
                     print_overflows: bool, stop_on_nonfinite_loss: bool
                     ) -> dict[str, Any]:
