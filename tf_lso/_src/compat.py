@@ -47,11 +47,9 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def _require_tf_keras_if_chosen() -> None:
-    """With `TF_USE_LEGACY_KERAS=1`, `tf.keras` is tf_keras: it must exist.
-
-    Without it, TensorFlow's own error blames Keras or TensorFlow; this one
-    names the package to install. Only these spellings of the variable count.
-    """
+    """With `TF_USE_LEGACY_KERAS=1`, `tf.keras` is tf_keras, so it must exist.
+    TensorFlow's own error would blame Keras or TensorFlow; this one names the
+    package."""
     if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):
         return
     try:
@@ -109,18 +107,16 @@ def require_tensorflow() -> None:
 
 
 def is_variable(value: object) -> bool:
-    """Whether `value` is a `tf.Variable` or `keras.Variable`.
-
-    They share no base class; both have `assign`.
-    """
+    """Whether `value` is a `tf.Variable` or `keras.Variable`: they share no
+    base class, but both have `assign`."""
     return callable(getattr(value, "assign", None))
 
 
 def in_xla_context() -> bool:
     """Whether the graph being built is compiled by XLA (`jit_compile=True`).
 
-    Private: `control_flow_util.GraphOrParentsInXlaContext` (TF 2.16-2.21).
-    XLA drops `tf.debugging.Assert` and cannot compile string ops, so the
+    Private: `control_flow_util.GraphOrParentsInXlaContext` (TF 2.16-2.21). XLA
+    drops `tf.debugging.Assert` and cannot compile string ops, so the
     assertions that name variables are left out there.
     """
     import tensorflow as tf
@@ -134,10 +130,9 @@ def in_xla_context() -> bool:
 def merge_call_fails_in_cond() -> bool:
     """Whether a `merge_call` inside a cond fails in this replica context.
 
-    TF 2.16-2.21: the mirrored strategies run each replica in its own
-    thread, whose `merge_call` refuses to run in a cond being traced. The
-    exception is a strategy that needs no `merge_call` (XLA on GPUs; private
-    `strategy_supports_no_merge_call`). Eager conds run as Python and pass.
+    TF 2.16-2.21's mirrored strategies run each replica in a thread whose
+    `merge_call` refuses to run in a cond being traced, unless the strategy
+    needs none (XLA on GPUs; private `strategy_supports_no_merge_call`).
     """
     import tensorflow as tf
 
@@ -155,11 +150,8 @@ def merge_call_fails_in_cond() -> bool:
 
 
 def tf_keras_module() -> types.ModuleType | None:
-    """Returns the `tf_keras` module if it is already imported, else None.
-
-    Only a user who imported tf_keras can hold a tf_keras optimizer, so
-    tf_lso never imports it.
-    """
+    """The `tf_keras` module if the user imported it, else None: tf_lso never
+    imports it."""
     return sys.modules.get("tf_keras")
 
 
@@ -170,9 +162,8 @@ _TF_KERAS_FILE_CLASSES: list[type] = []
 def tf_keras_files_hold(cls: type) -> None:
     """Makes tf_keras's `.keras` and `.weights.h5` files hold `cls`'s state.
 
-    Private: `saving_lib._is_keras_trackable` (tf_keras 2.16-2.21) decides
-    which objects saving visits. It is wrapped, once, to also take instances
-    of `cls`; for every other object it answers as before.
+    It wraps, once, the private `saving_lib._is_keras_trackable` (tf_keras
+    2.16-2.21), which decides what saving visits, to take `cls` too.
     """
     saving_lib: Any = importlib.import_module(
         "tf_keras.src.saving.saving_lib")
@@ -206,40 +197,31 @@ def legacy_create_all_weights(optimizer: Any,
 def legacy_aggregate_gradients(
     optimizer: Any, grads_and_vars: Iterable[tuple[Any, tf.Variable]],
 ) -> list[tuple[Any, tf.Variable]]:
-    """Sums gradients over replicas as a tf_keras legacy optimizer does.
+    """Sums gradients over replicas as a tf_keras legacy optimizer does before
+    clipping.
 
     Private: `legacy.Optimizer._transform_unaggregated_gradients` and
-    `_aggregate_gradients` (tf_keras 2.16-2.21). Its `apply_gradients` runs
-    them before clipping; the latter calls its `gradient_aggregator`.
+    `_aggregate_gradients` (tf_keras 2.16-2.21).
     """
     grads_and_vars = optimizer._transform_unaggregated_gradients(grads_and_vars)
     return optimizer._aggregate_gradients(grads_and_vars)
 
 
 def legacy_hyperparameter_names(optimizer: Any) -> frozenset[str]:
-    """The hyperparameter names of a tf_keras legacy optimizer.
-
-    Private: the keys of `legacy.Optimizer._hyper` (tf_keras 2.16-2.21).
-    """
+    """The hyperparameter names of a tf_keras legacy optimizer: the keys of the
+    private `legacy.Optimizer._hyper` (tf_keras 2.16-2.21)."""
     return frozenset(optimizer._hyper)
 
 
 def tf_dynamic_loss_scale_counter(loss_scale: Any) -> tf.Variable:
-    """The good-steps counter of TF's deprecated `DynamicLossScale`.
-
-    Private: `tf.compat.v1.mixed_precision.DynamicLossScale._num_good_steps`
-    (TF 2.0-2.21); there is no public accessor.
-    """
+    """The good-steps counter of TF's deprecated `DynamicLossScale`: the
+    private `_num_good_steps` (TF 2.0-2.21), which has no public accessor."""
     return loss_scale._num_good_steps
 
 
 def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
-    """Sets up a Keras 3 `DTypePolicy` with no dtypes (TF 2.x's `'_infer'`).
-
-    Private: `keras.DTypePolicy`'s `_name`, `_compute_dtype`,
-    `_variable_dtype`, `_quantization_mode` (Keras 3.8-3.15); its
-    constructor rejects `'_infer'`.
-    """
+    """Sets up a Keras 3 `DTypePolicy` with no dtypes (TF 2.x's `'_infer'`),
+    which its constructor rejects. Private attributes of Keras 3.8-3.15."""
     policy._name = name
     policy._compute_dtype = policy._variable_dtype = None
     policy._quantization_mode = None
@@ -252,10 +234,8 @@ def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """`Trackable`: `tf.__internal__.tracking.Trackable` (TF 2.16-2.21).
-
-    Looked up on first use, so that the version check needs no TensorFlow.
-    """
+    """`Trackable`: `tf.__internal__.tracking.Trackable` (TF 2.16-2.21), looked
+    up on first use so that the version check needs no TensorFlow."""
     if name == "Trackable":
         import tensorflow as tf
 
@@ -270,10 +250,8 @@ def trackable_children(obj: Any, save_type: str,
 
 
 def is_saved_model(save_type: str) -> bool:
-    """Whether `_trackable_children` was asked for a SavedModel.
-
-    TF 2.16-2.21: `save_type` is a str enum, "checkpoint" or "savedmodel".
-    """
+    """Whether `_trackable_children` was asked for a SavedModel (TF 2.16-2.21:
+    `save_type` is a str enum)."""
     return save_type == "savedmodel"
 
 
@@ -314,32 +292,24 @@ def keras_trainable_variables(optimizer: Any) -> list[Any]:
 
 def keras_set_trainable_variables(optimizer: Any,
                                   var_list: Iterable[Any]) -> None:
-    """Records the variables a Keras 3 optimizer was built for.
-
-    Private: `BaseOptimizer._trainable_variables` (Keras 3.8-3.15). Keras
-    reads it off any optimizer (`apply()` without variables,
-    `SwapEMAWeights`); a loss scale optimizer skips Keras's `build`.
-    """
+    """Records the variables a Keras 3 optimizer was built for, since a loss
+    scale optimizer skips Keras's `build`. Keras reads the private
+    `BaseOptimizer._trainable_variables` (Keras 3.8-3.15) off any optimizer."""
     optimizer._trainable_variables = list(var_list)
 
 
 def keras_check_variables_are_known(optimizer: Any,
                                     var_list: Iterable[Any]) -> None:
-    """Raises Keras 3's ValueError for variables a built optimizer lacks.
-
-    Private: `BaseOptimizer._check_variables_are_known` (Keras 3.8-3.15).
-    `apply` calls it too; tf_lso calls it before its own state changes.
-    """
+    """Raises Keras 3's ValueError for variables a built optimizer lacks,
+    before tf_lso's state changes. Private:
+    `BaseOptimizer._check_variables_are_known` (Keras 3.8-3.15)."""
     optimizer._check_variables_are_known(var_list)
 
 
 def tf_keras_check_variables_are_known(
         optimizer: Any, var_list: Iterable[tf.Variable]) -> None:
     """Raises tf_keras's KeyError for variables a built optimizer lacks.
-
-    Private: `Optimizer._var_key` and `_index_dict` (tf_keras 2.16-2.21),
-    which its update step reads.
-    """
+    Private: `Optimizer._var_key` and `_index_dict` (tf_keras 2.16-2.21)."""
     for variable in var_list:
         if optimizer._var_key(variable) not in optimizer._index_dict:
             raise KeyError(
@@ -373,11 +343,9 @@ def keras_is_auto_name(optimizer: Any) -> bool:
 
 
 def keras_step_counter(optimizer: Any) -> Any:
-    """The variable counting a Keras 3 optimizer's `apply` calls.
-
-    Private: `BaseOptimizer._iterations` (Keras 3.8-3.15). With gradient
-    accumulation the public `iterations` is a tensor that cannot be assigned.
-    """
+    """The variable counting a Keras 3 optimizer's `apply` calls: the private
+    `BaseOptimizer._iterations` (Keras 3.8-3.15). With gradient accumulation
+    the public `iterations` is a tensor."""
     return optimizer._iterations
 
 
@@ -416,10 +384,8 @@ def keras_optimizer_into_strategy(optimizer: Any) -> None:
 def keras_gradient_accumulators(optimizer: Any,
                                 var_list: Iterable[Any]) -> list[Any]:
     """The gradient accumulators of `var_list` in a built Keras 3 optimizer.
-
-    Private: `BaseOptimizer._accumulated_gradients` and
-    `_get_variable_index` (Keras 3.8-3.15).
-    """
+    Private: `BaseOptimizer._accumulated_gradients` and `_get_variable_index`
+    (Keras 3.8-3.15)."""
     return [
         optimizer._accumulated_gradients[optimizer._get_variable_index(v)]
         for v in var_list
@@ -429,10 +395,7 @@ def keras_gradient_accumulators(optimizer: Any,
 def keras_learning_rate_schedule(
         optimizer: Any) -> Callable[..., Any] | None:
     """A Keras 3 optimizer's learning rate schedule (or callable), or None.
-
-    Private: `BaseOptimizer._learning_rate` (Keras 3.8-3.15); the public
-    `learning_rate` is its current value.
-    """
+    Private: `BaseOptimizer._learning_rate` (Keras 3.8-3.15)."""
     learning_rate = optimizer._learning_rate
     if is_variable(learning_rate) or not callable(learning_rate):
         return None
@@ -451,9 +414,8 @@ def _shadow_key(name: str) -> str:
 def _shadowed(obj: Any, name: str, value: Any) -> Iterator[None]:
     """While active, `obj`'s instance attribute `name` is `value`.
 
-    MirroredStrategy runs each replica in its own thread, so entries
-    overlap. A count in `obj.__dict__` lets the last exit restore the old
-    value; `_unshadowed` reads that value meanwhile.
+    Replicas' threads overlap: a count in `obj.__dict__` lets the last exit
+    restore the old value, which `_unshadowed` reads meanwhile.
     """
     state = vars(obj)
     key = _shadow_key(name)
@@ -488,12 +450,11 @@ def _unshadowed(obj: Any, name: str, default: Any) -> Any:
 def keras_apply_without_all_reduce(
         optimizer: Any, grads_and_vars: Iterable[tuple[Any, Any]],
         *arguments: Any) -> None:
-    """Applies gradients with a Keras 3 optimizer, skipping its all-reduce
-    (for `experimental_aggregate_gradients=False`).
+    """Applies gradients with a Keras 3 optimizer, skipping its all-reduce (for
+    `experimental_aggregate_gradients=False`).
 
-    Private: `TFOptimizer._all_reduce_sum_gradients` (Keras 3.8-3.15)
-    always sums across replicas, with no public switch. It is shadowed by
-    the identity while `apply_gradients` runs, until the last replica's call
+    The private `TFOptimizer._all_reduce_sum_gradients` (Keras 3.8-3.15) has no
+    public switch. It is shadowed by the identity until the last replica's call
     returns.
     """
     if not hasattr(type(optimizer), "_all_reduce_sum_gradients"):
@@ -545,52 +506,43 @@ def keras_compile_owner() -> type[Any]:
 
 
 def keras_ema_averages(optimizer: Any) -> list[Any]:
-    """A built Keras 3 optimizer's moving averages (`use_ema=True`).
-
-    Private: `BaseOptimizer._model_variables_moving_average` (Keras
-    3.8-3.15): one per trainable variable, in order, or None.
-    """
+    """A built Keras 3 optimizer's moving averages, one per trainable variable
+    or None. Private: `BaseOptimizer._model_variables_moving_average` (Keras
+    3.8-3.15)."""
     return list(optimizer._model_variables_moving_average)
 
 
 def keras_overwrite_with_ema(optimizer: Any) -> None:
-    """Copies a Keras 3 optimizer's moving averages into its variables.
-
-    Private: `_overwrite_model_variables_with_average_value` (Keras
-    3.8-3.15), as `apply` calls it every `ema_overwrite_frequency` steps.
-    """
+    """Copies a Keras 3 optimizer's moving averages into its variables, as
+    `apply` does every `ema_overwrite_frequency` steps. Private (Keras
+    3.8-3.15)."""
     optimizer._overwrite_model_variables_with_average_value(
         optimizer._trainable_variables)
 
 
 def keras_uses_ema(optimizer: Any) -> bool:
-    """Whether a Keras 3 optimizer keeps moving averages (`use_ema`).
-
-    It reads the setting as it is outside `keras_apply_without_ema`, which
-    another replica's thread may be in.
-    """
+    """Whether a Keras 3 optimizer keeps moving averages (`use_ema`), as set
+    outside `keras_apply_without_ema`, which another replica's thread may be
+    in."""
     return bool(_unshadowed(optimizer, "use_ema", False))
 
 
 @contextlib.contextmanager
 def keras_apply_without_ema(optimizer: Any) -> Iterator[None]:
-    """While active, a Keras 3 optimizer's `apply` leaves its averages alone.
+    """While active, a Keras 3 optimizer's `apply` leaves its averages alone,
+    since tf_lso updates them (`KerasInner`).
 
-    tf_lso updates them itself (`KerasInner`). Keras 3.8-3.15 read
-    `use_ema` once per trace, in `_backend_apply_gradients`. The switch
-    stays off until the last replica's call returns.
+    Keras 3.8-3.15 read `use_ema` once per trace. The switch stays off until
+    the last replica's call returns.
     """
     with _shadowed(optimizer, "use_ema", False):
         yield
 
 
 def tf_keras_is_tf_keras() -> bool:
-    """Whether `tf.keras` is tf_keras 2.x (`TF_USE_LEGACY_KERAS=1`).
-
-    It asks `tf.keras.Model` rather than the environment variable: the
-    variable may have changed since TensorFlow read it, and only three
-    spellings count.
-    """
+    """Whether `tf.keras` is tf_keras 2.x. It asks `tf.keras.Model`: the
+    `TF_USE_LEGACY_KERAS` variable may have changed since TensorFlow read
+    it."""
     import tensorflow as tf
 
     return tf.keras.Model.__module__.split(".")[0] == "tf_keras"
