@@ -33,12 +33,9 @@ _TPU_STRATEGIES = (
 
 
 def check_strategy_supported() -> None:
-    """Raises ValueError if the current strategy cannot do loss scaling.
-
-    Each replica's gradients must be unscaled once, which needs one variable
-    copy per compute replica: the default, one-device and mirrored
-    strategies have that.
-    """
+    """Raises ValueError if the current strategy cannot do loss scaling: it
+    needs one variable copy per compute replica, so that each replica's
+    gradients are unscaled once."""
     if not tf.distribute.has_strategy():
         return
     strategy = tf.distribute.get_strategy()
@@ -75,12 +72,9 @@ def replicas_in_sync() -> int:
 
 
 def create_variables(fn: Callable[..., Any], *args: Any) -> Any:
-    """Calls `fn(*args)` once, outside any replica and any `tf.function`.
-
-    It creates optimizer variables on the first step. Slots created inside
-    `strategy.run` in a `tf.function` fail at run time; `merge_call` plus
-    `tf.init_scope` makes them eagerly, as mirrored variables.
-    """
+    """Calls `fn(*args)` once, outside any replica and `tf.function`, to create
+    optimizer variables on the first step: slots created inside `strategy.run`
+    in a `tf.function` fail at run time."""
     if tf.distribute.has_strategy() and (
         not tf.distribute.in_cross_replica_context()
     ):
@@ -96,11 +90,9 @@ def create_variables(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def summed(fn: Callable[..., tf.Tensor], *args: Any) -> tf.Tensor:
-    """`fn(*args)` summed over every replica: the one cross-replica sum.
-
-    In a cross-replica context `args` hold per-replica values (as
-    `false_fn`'s do in `cond_on_all_replicas`); `fn` runs for each replica.
-    """
+    """`fn(*args)` summed over every replica: the one cross-replica sum. In a
+    cross-replica context `args` hold per-replica values and `fn` runs for
+    each."""
     if not tf.distribute.has_strategy():
         return fn(*args)
     if tf.distribute.in_cross_replica_context():
@@ -127,11 +119,8 @@ def all_finite(grads: Any) -> tf.Tensor:
 
 
 def all_reduced(packed: packing.Packed) -> packing.Packed:
-    """Returns a `Packed` whose values are summed over all replicas.
-
-    Call it in a replica context. One `all_reduce` carries every value but
-    the `raw` ones, which each replica keeps; `IndexedSlices` stay sparse.
-    """
+    """A `Packed` whose values but the `raw` ones are summed over all replicas,
+    in one `all_reduce` (call it in a replica context)."""
     context = tf.distribute.get_replica_context()
     return packed.with_sums(
         context.all_reduce(tf.distribute.ReduceOp.SUM, packed.summands()))
@@ -140,10 +129,10 @@ def all_reduced(packed: packing.Packed) -> packing.Packed:
 def in_cross_replica_context(fn: Callable[..., Any], *args: Any) -> Any:
     """Calls `fn(*args)` once, in a cross-replica context.
 
-    From a replica context it goes through `merge_call`: replicas wait for
-    each other, and `args` arrive per replica (see `first_replica`). It does
-    what a replica may not, such as a cond around `strategy.extended.update`.
-    Do not call it inside a cond in a replica context.
+    From a replica context it goes through `merge_call`, so `args` arrive per
+    replica (see `first_replica`). It does what a replica may not, such as a
+    cond around `strategy.extended.update`. Do not call it inside a cond in a
+    replica context.
     """
     if tf.distribute.has_strategy() and (
         not tf.distribute.in_cross_replica_context()
@@ -163,11 +152,8 @@ def first_replica(value: Any) -> Any:
 
 
 def in_v1_graph() -> bool:
-    """Whether ops are being added to a `tf.compat.v1` graph (a Session's).
-
-    There only what a fetched op depends on runs, and nothing orders
-    stateful ops. Ask before building a cond.
-    """
+    """Whether ops go into a `tf.compat.v1` graph (a Session's), where only
+    what a fetched op depends on runs, and nothing orders stateful ops."""
     return not tf.executing_eagerly() and not tf.inside_function()
 
 
