@@ -105,14 +105,8 @@ def summed(fn: Callable[..., tf.Tensor], *args: Any) -> tf.Tensor:
 
 
 def all_finite(grads: Any) -> tf.Tensor:
-    """Returns a bool scalar tensor: True iff every replica's grads are finite.
-
-    The verdicts are summed (`summed`), so every replica and worker gets the
-    same answer.
-
-    Args:
-        grads: A nest of gradients, or a `packing.Packed`.
-    """
+    """A bool scalar tensor, True iff every replica's `grads` (a nest or a
+    `packing.Packed`) are finite; every replica gets the same answer."""
     if isinstance(grads, packing.Packed):
         return tf.equal(summed(packing.nonfinite, grads.values), 0.0)
     return tf.equal(summed(packing.local_nonfinite, grads), 0.0)
@@ -163,18 +157,15 @@ def cond_on_all_replicas(pred: bool | tf.Tensor, true_fn: Callable[..., Any],
     """Runs `true_fn(*args)` on every replica if `pred`, else `false_fn`.
 
     `pred` must be the same on every replica (`all_finite` makes it so), so
-    that all replicas issue the same collectives. A Python bool needs no
-    cond.
-
-    Under a strategy the cond is built in a cross-replica context: a branch
-    that calls `merge_call` (as `apply_gradients` does) may not sit in a
-    replica context's cond. `false_fn(*false_args)` then runs once, with
-    per-replica `false_args`.
+    that all replicas issue the same collectives. Under a strategy the cond
+    is built in a cross-replica context, because a branch that calls
+    `merge_call` (as `apply_gradients` does) may not sit in a replica
+    context's cond. `false_fn(*false_args)` then runs once, with per-replica
+    `false_args`.
 
     Returns:
-        In a `tf.compat.v1` graph, the op that runs the chosen branch (a
-        branch returns every op it needs run). For a Python bool, what the
-        branch returned. Otherwise None.
+        For a Python bool, what the branch returned. In a `tf.compat.v1`
+        graph, the op that runs the chosen branch's returned ops. Else None.
     """
     if isinstance(pred, bool):
         return true_fn(*args) if pred else false_fn(*false_args)
@@ -200,16 +191,13 @@ def cond_on_all_replicas(pred: bool | tf.Tensor, true_fn: Callable[..., Any],
 
 def _lowered_cond(pred: tf.Tensor, true_fn: Callable[[], Any],
                   false_fn: Callable[[], Any]) -> Any:
-    """`tf.cond`, lowered to Switch/Merge ops in a graph.
+    """`tf.cond`, lowered to Switch/Merge ops in a graph; its output runs
+    the branch's ops in a `tf.compat.v1` graph, else it is None.
 
     Lowered, the apply branch is part of the step's graph, so Grappler
     rewrites the update as it rewrites a bare optimizer's, and a kept step
     is bit-equal to the bare step. As one If op, Adagrad, Ftrl and RMSprop
-    came out a few ulps apart (docs/performance.md). XLA never lowers a
-    cond.
-
-    In a `tf.compat.v1` graph the cond's output runs each branch's ops;
-    elsewhere it is None.
+    came out a few ulps apart (docs/performance.md).
     """
     if not in_v1_graph():
         tf.cond(pred, lambda: _none(true_fn()), lambda: _none(false_fn()))
@@ -232,14 +220,8 @@ def assign_state(assignments: Sequence[tuple[tf.Variable, Any]]) -> list[Any]:
 
     Every replica computes the same values. A variable made in the
     strategy's scope takes the first replica's write. One made outside it
-    (before `strategy.scope()`) is shared by all replicas, so it is written
-    once, in a cross-replica context.
-
-    Args:
-        assignments: `(variable, value)` pairs.
-
-    Returns:
-        The assign ops (None entries eagerly).
+    is shared by all replicas, so it is written once, in a cross-replica
+    context. Returns the assign ops (None entries eagerly).
     """
 
     def assign(*values: Any) -> list[Any]:

@@ -104,15 +104,13 @@ def _as_policy(policy: keras.DTypePolicy) -> Policy:
 
 
 def set_policy(policy: Policy | keras.DTypePolicy | str | None) -> None:
-    """Sets the global dtype policy (TF 2.1-2.3's `set_policy`).
-
-    Layers created afterwards use it, and `model.compile` wraps a plain
-    optimizer in a loss scale optimizer with its loss scale.
+    """Sets the global dtype policy, which later layers and `model.compile`
+    use (TF 2.1-2.3's `set_policy`).
 
     Args:
         policy: A `Policy`, a Keras `DTypePolicy`, a policy name, or None
-            (back to `'float32'`). `'_infer'` also resets to `'float32'`:
-            Keras 3 layers need concrete dtypes.
+            (`'float32'`). `'_infer'` becomes `'float32'` too: Keras 3
+            layers need concrete dtypes.
 
     Raises:
         ValueError: For a policy that is not a float policy, or a value that

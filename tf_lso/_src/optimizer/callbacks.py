@@ -16,20 +16,14 @@ class LossScaleMonitor(keras.callbacks.Callback):
     """Adds the loss scale and the skipped-step count to the training logs.
 
     At the end of every epoch (and, with `update_freq=N`, every N batches) it
-    logs:
-
-    * `loss_scale`: the current scale.
-    * `skipped_steps`: steps skipped for non-finite gradients so far.
-    * `last_overflow_count`: how many gradients were not finite at the last
-      skipped step (0 before the first); `optimizer.last_overflow` names
-      their variables.
-    * `nonfinite_loss_steps`: steps skipped because the loss itself was not
-      finite (a bug or bad data, not an overflow).
-
-    The values reach `History.history` and every later callback, so put it
-    before `keras.callbacks.TensorBoard` (which shows `epoch_loss_scale`).
-    Reading them costs one host sync per log, never one per step. They work
-    under a distribution strategy too.
+    logs `loss_scale`, `skipped_steps` (steps skipped for non-finite
+    gradients so far), `last_overflow_count` (non-finite gradients at the
+    last skipped step; `optimizer.last_overflow` names their variables) and
+    `nonfinite_loss_steps` (steps skipped for a non-finite loss: a bug or
+    bad data, not an overflow). They reach `History.history` and every later
+    callback, so put it before `keras.callbacks.TensorBoard`. Each log costs
+    one host sync, never one per step. It works under a distribution
+    strategy too.
 
     It warns once (UserWarning) when steps are still skipped with the scale
     at its floor of 1: lowering the scale cannot help then. A step that
@@ -37,12 +31,10 @@ class LossScaleMonitor(keras.callbacks.Callback):
     warning blames the inputs or the model instead.
 
     With `gradient_report_freq=N`, every N-th batch reports how its
-    gradients sit in float16's range at the loss scale
-    (`tf_lso.GradientReport`; see `LossScaleOptimizer.gradient_report`).
-    `gradient_zero_share`, `gradient_below_normal_share` (over all elements)
-    and `gradient_headroom` (doublings left for the largest) go into that
-    batch's logs and the epoch's. `last_gradient_report` keeps the
-    per-variable values.
+    gradients sit in float16's range (`tf_lso.GradientReport`). Its
+    `gradient_zero_share`, `gradient_below_normal_share` and
+    `gradient_headroom` go into that batch's and the epoch's logs;
+    `last_gradient_report` keeps the per-variable values.
 
     Args:
         update_freq: `"epoch"` (default), or an int N to also log every N

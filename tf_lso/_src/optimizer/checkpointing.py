@@ -56,14 +56,8 @@ _KERAS_WRAPPER_ONLY = ("_iterations", "_learning_rate")
 class Layout:
     """The checkpoint node of a loss scale optimizer, in TF 2.3+'s layout.
 
-    `LayoutCheckpointing`'s `Trackable` methods forward here; what depends
-    on the inner optimizer's kind is the `InnerOptimizer`'s.
-
-    Args:
-        inner: The `inner_optimizer.InnerOptimizer`.
-        loss_scale: The `LossScale`; saved under `loss_scale` if it has
-            variables.
-        step: The `apply_step.ApplyStep`; saved in SavedModels only.
+    `LayoutCheckpointing`'s `Trackable` methods forward here. What depends
+    on the inner optimizer's kind, `inner` (an `InnerOptimizer`) decides.
     """
 
     def __init__(self, inner: inner_optimizer.InnerOptimizer,
@@ -201,11 +195,7 @@ class LayoutCheckpointing:
 
     def save_own_variables(self, store: MutableMapping[str, Any]) -> None:
         """Saves the loss scale state, `skipped_steps` and the inner
-        optimizer's class name.
-
-        Args:
-            store: The dict-like store Keras passes.
-        """
+        optimizer's class name into Keras's `store`."""
         layout = self._built_layout()
         for i, variable in enumerate(layout.file_state()):
             store[str(i)] = variable.numpy()
@@ -219,9 +209,6 @@ class LayoutCheckpointing:
         """Loads what `save_own_variables` saved, or Keras 3's class saved.
 
         Older files hold less; what they hold is loaded, the rest stays.
-
-        Args:
-            store: The dict-like store Keras passes.
 
         Raises:
             ValueError: If the file was written around another kind of inner

@@ -146,10 +146,8 @@ def read(config: Any, class_name: str = "LossScaleOptimizer",
          custom_objects: dict[str, Any] | None = None) -> OptimizerConfig:
     """Checks `config` (see `checked_config`) and reads either format.
 
-    Args:
-        config: What `from_config` received.
-        class_name: The class being built, for messages.
-        custom_objects: Custom classes for a TF 2.1-2.3 loss scale.
+    `custom_objects` are custom classes for a TF 2.1-2.3 loss scale;
+    `class_name` is for messages.
 
     Raises:
         TypeError, ValueError: See `checked_config`. Also a ValueError for a

@@ -166,9 +166,6 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             custom_objects: Optional dict of custom classes, for the inner
                 optimizer and (TF <= 2.3 format) the loss scale.
 
-        Returns:
-            A new optimizer.
-
         Raises:
             TypeError: If `config` is not a dict, has unknown keys, or has a
                 `dynamic` that is not a bool.

@@ -90,11 +90,8 @@ def check_keras_keywords(kwargs: dict[str, Any],
                          class_name: str = "LossScaleOptimizer") -> None:
     """Raises Keras 3's ValueError for keywords a loss scale optimizer lacks.
 
-    Keras 3's base optimizer arguments pass at their defaults only.
-
-    Args:
-        kwargs: The keywords beyond the constructor's own.
-        class_name: For messages.
+    `kwargs` are the keywords beyond the constructor's own. Keras 3's base
+    optimizer arguments pass at their defaults only.
 
     Raises:
         ValueError: For `learning_rate`, a base optimizer argument off its
@@ -135,16 +132,14 @@ def loss_scale_from_settings(
     dynamic: Any = True, initial_scale: Any = None,
     dynamic_growth_steps: Any = None,
 ) -> loss_scale_lib.FixedLossScale | loss_scale_lib.DynamicLossScale:
-    """The loss scale for TF 2.4's constructor arguments, validated.
+    """The `DynamicLossScale` (multiplier 2) or `FixedLossScale` for TF
+    2.4's constructor arguments, validated.
 
     Args:
         dynamic: Whether the scale is dynamic; must be a bool.
         initial_scale: The initial scale; None for the default (dynamic only).
         dynamic_growth_steps: The growth period; None for the default. Must
             be None when `dynamic` is False.
-
-    Returns:
-        A `DynamicLossScale` (multiplier 2) or a `FixedLossScale`.
 
     Raises:
         TypeError: If `dynamic` is not a bool or a value is not a number.
@@ -182,15 +177,8 @@ def loss_scale_from_settings(
 
 def check_multiplier(loss_scale: loss_scale_lib.LossScale,
                      source: str) -> None:
-    """Rejects a DynamicLossScale whose multiplier is not 2.
-
-    Args:
-        loss_scale: A `LossScale`; other classes pass.
-        source: `'argument'` or `'config'`: TF's message differs.
-
-    Raises:
-        ValueError: With TF's message for `source`.
-    """
+    """Raises a ValueError for a DynamicLossScale whose multiplier is not 2,
+    with TF's message for `source` (`'argument'` or `'config'`)."""
     if (
         not isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
         or describe(loss_scale) is not None

@@ -53,11 +53,8 @@ def _number(value: Any, name: str) -> float:
 def scale(value: Any, name: str, minimum: float = SMALLEST_SCALE) -> float:
     """Returns `value` as a Python float if its float32 is a usable scale.
 
-    Args:
-        value: The number passed by the user.
-        name: The argument's name, for messages.
-        minimum: The smallest accepted float32 value: 1 where TF required
-            it, else the smallest normal float32.
+    `minimum` is the smallest accepted float32 value: 1 where TF required
+    it, else the smallest normal float32. `name` is for messages.
 
     Raises:
         TypeError: If `value` is not a number.
@@ -80,12 +77,8 @@ def scale(value: Any, name: str, minimum: float = SMALLEST_SCALE) -> float:
 
 def integer(value: Any, name: str, minimum: int = 1) -> int:
     """Returns `value` as an int: ints, and integral floats such as 2.0
-    (TF 2.4's tests passed `dynamic_growth_steps=2.0`).
-
-    Args:
-        value: The number passed by the user.
-        name: The argument's name, for messages.
-        minimum: The smallest accepted value.
+    (TF 2.4's tests passed `dynamic_growth_steps=2.0`). `name` is for
+    messages.
 
     Raises:
         TypeError: If `value` is not a number.
