@@ -181,12 +181,12 @@ def tf_keras_files_hold(cls: type) -> None:
 
 def legacy_create_all_weights(optimizer: Any,
                               var_list: Iterable[tf.Variable]) -> None:
-    """Creates all slots and hyperparameters of a tf_keras legacy optimizer.
+    """Creates all slots and hyperparameters of a tf_keras legacy optimizer,
+    named as its `apply_gradients` would (`Adam/<variable>/m:0`): a `tf.cond`
+    cannot create them.
 
     Private: `legacy.Optimizer._create_all_weights` and `_name` (tf_keras
-    2.16-2.21). A `tf.cond` cannot create variables, so they must exist
-    before the inner `apply_gradients` runs in one. They get the names it
-    would give them (`Adam/iter:0`, `Adam/<variable>/m:0`).
+    2.16-2.21).
     """
     import tensorflow as tf
 
@@ -350,18 +350,14 @@ def keras_step_counter(optimizer: Any) -> Any:
 
 
 def keras_optimizer_into_strategy(optimizer: Any) -> None:
-    """Moves a Keras 3 optimizer made outside the current strategy's scope
-    into the strategy, as if it had been made there.
+    """Moves a Keras 3 optimizer made outside the current strategy's scope into
+    the strategy. Call it in a cross-replica context.
 
-    Such an optimizer holds plain tf.Variables, which every replica writes
-    (counting each step once per replica), and it cannot create slots under
-    the strategy. Here each variable made outside gets a copy made in the
-    strategy, with its value. The Keras variable stays the same object, so
-    `optimizer.iterations`, checkpoints and files keep it.
-
-    Private: `_distribution_strategy` of Keras 3.8-3.15's TensorFlow
-    optimizer, and `_value` of its `Variable`. Call it in a cross-replica
-    context.
+    Such an optimizer holds plain tf.Variables, which every replica writes, and
+    it cannot create slots under the strategy. Each such variable gets a copy
+    made in the strategy; the Keras variable stays the same object. Private:
+    `_distribution_strategy` of Keras 3.8-3.15's optimizer, `_value` of its
+    `Variable`.
     """
     import tensorflow as tf
 
@@ -471,15 +467,12 @@ def keras_apply_without_all_reduce(
 
 def keras_loss_scale_optimizer_file_state(
         store: Any, inner_count: int) -> tuple[Any, Any] | None:
-    """The scale and counter in a Keras 3 LossScaleOptimizer's file entry.
+    """`(dynamic_scale, step_counter)` from a Keras 3 LossScaleOptimizer's file
+    entry, or None for another layout.
 
     Keras 3.8-3.15 save its `variables` by position: `iterations` and
-    `learning_rate` (unused), `step_counter`, `dynamic_scale`, then the
-    inner optimizer's `inner_count` variables (loaded from
-    `inner_optimizer`'s entry instead).
-
-    Returns:
-        `(dynamic_scale, step_counter)`, or None for another layout.
+    `learning_rate` (unused), `step_counter`, `dynamic_scale`, then the inner
+    optimizer's `inner_count` variables.
     """
     if set(store.keys()) != {str(i) for i in range(4 + inner_count)}:
         return None
@@ -487,12 +480,11 @@ def keras_loss_scale_optimizer_file_state(
 
 
 def keras_compile_owner() -> type[Any]:
-    """The class whose `compile` Keras 3 compares a loaded model's against.
+    """The class whose `compile` Keras 3 compares a loaded model's against: the
+    private `Trainer` (Keras 3.8-3.15).
 
-    Private: `keras.src.trainers.trainer.Trainer` (Keras 3.8-3.15).
     `load_model` compiles a model only if `type(model).compile ==
-    Trainer.compile`. A hook on `keras.Model` would fail that test for every
-    model; a hook on `Trainer.compile` keeps it true.
+    Trainer.compile`, so the hook goes on `Trainer.compile`, not `keras.Model`.
     """
     from keras.src.trainers import trainer
 

@@ -1,10 +1,5 @@
-"""Every collective, and the `tf.distribute` rules of loss scaling.
-
-All that replicas exchange goes through here: the one cross-replica sum
-(`summed`), the one all-reduce of gradients (`all_reduced`), the skip cond
-every replica takes alike, and the state variables every replica writes
-alike.
-"""
+"""Every collective, and the `tf.distribute` rules of loss scaling: all
+that replicas exchange goes through here."""
 
 from __future__ import annotations
 

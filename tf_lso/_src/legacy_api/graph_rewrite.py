@@ -23,14 +23,12 @@ _PASS = "auto_mixed_precision"
 def enable_mixed_precision_graph_rewrite(
     opt: Any, loss_scale: Any = "dynamic"
 ) -> Any:
-    """Wraps `opt` for loss scaling and switches on the graph rewrite.
+    """Wraps `opt` in `tf_lso.experimental.LossScaleOptimizer(opt,
+    loss_scale)` and switches on TensorFlow's mixed precision graph pass.
 
-    It wraps `opt` in `tf_lso.experimental.LossScaleOptimizer(opt,
-    loss_scale)` and switches on TensorFlow's automatic mixed precision
-    graph pass. The pass changes ops to float16 on NVIDIA GPUs only;
-    elsewhere the loss scale optimizer works as usual. A
-    `tf.compat.v1.train.Optimizer` goes to TensorFlow's own function, which
-    takes tf_lso's loss scales too.
+    The pass changes ops to float16 on NVIDIA GPUs only; elsewhere the loss
+    scale optimizer works as usual. A `tf.compat.v1.train.Optimizer` goes to
+    TensorFlow's own function, which takes tf_lso's loss scales too.
 
     Args:
         opt: A Keras 3, tf_keras or tf_keras legacy optimizer, or a
@@ -39,7 +37,7 @@ def enable_mixed_precision_graph_rewrite(
             `LossScale`, as `tf_lso.experimental.LossScaleOptimizer` takes.
 
     Returns:
-        The optimizer to train with: the loss scale optimizer wrapping `opt`.
+        The loss scale optimizer to train with.
 
     Raises:
         ValueError: If a mixed precision Keras global policy is set, if

@@ -51,13 +51,8 @@ def _register(name: str, module: types.ModuleType) -> None:
 
 
 def _keras_mixed_precision_modules() -> list[types.ModuleType]:
-    """Every module object a script can reach as tf.keras.mixed_precision.
-
-    On TF 2.16+ these are Keras's tf_keras facade
-    (`keras/_tf_keras/keras/mixed_precision`) and `keras.mixed_precision`.
-    All must show the legacy names, so that
-    `keras.mixed_precision.LossScaleOptimizer` is tf_lso's class too.
-    """
+    """Every module object a script reaches as tf.keras.mixed_precision:
+    Keras's tf_keras facade and `keras.mixed_precision` itself."""
     modules: list[types.ModuleType] = []
     for module in (
         tf.keras.mixed_precision,

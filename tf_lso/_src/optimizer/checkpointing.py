@@ -139,13 +139,12 @@ class Layout:
 
 
 class LayoutCheckpointing:
-    """Base of `LossScaleOptimizer`: its checkpoint node is a `Layout`.
+    """Base of `LossScaleOptimizer`, whose checkpoint node is a `Layout`.
 
     TensorFlow calls these private `Trackable` methods on the object itself,
-    so they are overridden here, outside compat.py. Subclasses set
-    `_checkpoint` (a `Layout`) last in their constructor; until then Keras
-    tracks attributes as usual. `super()` reaches TensorFlow's `Trackable`,
-    a later base that mypy does not see.
+    so they are overridden here, outside compat.py. Until a subclass sets
+    `_checkpoint` (last in its constructor), `super()`'s apply: TensorFlow's
+    `Trackable`, a later base that mypy does not see.
     """
 
     name: str  # The optimizer's name: Keras's optimizer base defines it.

@@ -29,16 +29,10 @@ OPTIONAL_KEYS = ("name", "max_consecutive_skips", "print_overflows",
 
 
 def checked_config(config: Any, class_name: str) -> dict[str, Any]:
-    """Checks `config`'s keys; returns a copy without Keras 3's base settings.
-
-    Older Keras 3 configs hold those settings; they are checked as the
-    constructor checks them.
-
-    Raises:
-        TypeError: If `config` is not a dict or has a key of neither format.
-        ValueError: If the optimizer key is missing, or a base setting is
-            off its default.
-    """
+    """Checks `config`'s keys; returns a copy without Keras 3's base optimizer
+    settings, which older configs hold and which are checked as the constructor
+    checks them. Raises TypeError for a non-dict or an unknown key, ValueError
+    for a missing optimizer key or a base setting off its default."""
     if not isinstance(config, dict):
         raise TypeError(
             f"{class_name}.from_config() needs a dict, as returned by "

@@ -87,11 +87,11 @@ _USAGE = ("tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale) "
 
 @keras.saving.register_keras_serializable(package="tf_lso")
 class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
-    """The TF 2.1-2.3 loss scale optimizer, `tf_lso.experimental`'s.
+    """The TF 2.1-2.3 loss scale optimizer: a `tf_lso.LossScaleOptimizer`
+    that takes a loss scale.
 
-    It is a `tf_lso.LossScaleOptimizer` that takes a loss scale. Its
-    `loss_scale` is that `LossScale` object: call it (`opt.loss_scale()`) or
-    use it as a tensor. A `DynamicLossScale` you pass in is used, not copied.
+    Its `loss_scale` is that `LossScale` object: call it or use it as a
+    tensor. A `DynamicLossScale` you pass in is used, not copied.
 
     Args:
         optimizer: The optimizer to wrap (see `tf_lso.LossScaleOptimizer`).
@@ -105,9 +105,8 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
 
     Raises:
         TypeError: If `optimizer` is not a supported optimizer.
-        ValueError: If `loss_scale` is None, an unknown string, not positive,
-            or a `DynamicLossScale` whose multiplier is not 2, or if another
-            loss scale optimizer wraps `optimizer` already.
+        ValueError: For an invalid `loss_scale`, or an `optimizer` that
+            another loss scale optimizer wraps already.
 
     >>> opt = tf_lso.experimental.LossScaleOptimizer(
     ...     tf.keras.optimizers.SGD(1.0), loss_scale="dynamic")

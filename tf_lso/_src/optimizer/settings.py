@@ -22,11 +22,8 @@ TF24_MULTIPLIER = 2.0
 class OptimizerSettings(typing.NamedTuple):
     """A loss scale as TF 2.4's optimizer arguments describe it.
 
-    Attributes:
-        dynamic: Whether the scale changes during training.
-        initial_scale: The initial value; a fixed scale's only one.
-        growth_steps: Finite steps between increases; None when fixed.
-        counter: The int64 variable counting finite steps; None when fixed.
+    `growth_steps` (finite steps between increases) and `counter` (the int64
+    variable counting them) are None for a fixed scale.
     """
 
     dynamic: bool | None

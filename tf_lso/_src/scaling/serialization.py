@@ -116,13 +116,10 @@ def fixed_loss_scale(
 ) -> loss_scale_lib.FixedLossScale | None:
     """The fixed loss scale a number stands for; None if it is no number.
 
-    The one place that says which numbers are fixed loss scales. `get` and
-    `FixedLossScale` take a Python number of at least 1. The optimizers
-    (`tf24_arguments=True`) take any positive number finite in float32, as
-    TF did.
-
-    Raises:
-        TypeError, ValueError: For a number out of range.
+    The one place that says which numbers are fixed loss scales: a Python
+    number of at least 1 for `get` and `FixedLossScale`, and any positive
+    number finite in float32 for the optimizers (`tf24_arguments=True`), as TF
+    had it. Raises TypeError or ValueError out of range.
     """
     if tf24_arguments:
         if validation.is_number(number):
