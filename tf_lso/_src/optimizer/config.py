@@ -98,12 +98,9 @@ def tf23_config(inner_config: Any, loss_scale: loss_scale_lib.LossScale,
 class OptimizerConfig(typing.NamedTuple):
     """A checked config of either format, as `read` returns it.
 
-    Attributes:
-        inner_optimizer: The serialized inner optimizer.
-        loss_scale: The deserialized `LossScale` (TF 2.1-2.3's format), or
-            None.
-        tf24_settings: The `TF24_SETTINGS` it has (TF 2.4's format), or `{}`.
-        optional: The `OPTIONAL_KEYS` it has.
+    TF 2.1-2.3's format gives a deserialized `loss_scale` and
+    `tf24_settings={}`; TF 2.4's gives the `TF24_SETTINGS` it holds and
+    `loss_scale=None`. `optional` holds its `OPTIONAL_KEYS`.
     """
 
     inner_optimizer: Any
