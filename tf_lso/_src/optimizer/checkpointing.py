@@ -56,8 +56,8 @@ _KERAS_WRAPPER_ONLY = ("_iterations", "_learning_rate")
 class Layout:
     """The checkpoint node of a loss scale optimizer, in TF 2.3+'s layout.
 
-    `LayoutCheckpointing`'s `Trackable` methods forward here. What depends
-    on the inner optimizer's kind, `inner` (an `InnerOptimizer`) decides.
+    `LayoutCheckpointing`'s `Trackable` methods forward here. `inner`, an
+    `InnerOptimizer`, handles what depends on the inner optimizer's kind.
     """
 
     def __init__(self, inner: inner_optimizer.InnerOptimizer,
@@ -143,8 +143,8 @@ class LayoutCheckpointing:
 
     TensorFlow calls these private `Trackable` methods on the object itself,
     so they are overridden here, outside compat.py. Until a subclass sets
-    `_checkpoint` (last in its constructor), `super()`'s apply: TensorFlow's
-    `Trackable`, a later base that mypy does not see.
+    `_checkpoint` (last in its constructor), they defer to `super()`:
+    TensorFlow's `Trackable`, a later base that mypy does not see.
     """
 
     name: str  # The optimizer's name: Keras's optimizer base defines it.
