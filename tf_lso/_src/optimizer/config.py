@@ -109,11 +109,8 @@ class OptimizerConfig(typing.NamedTuple):
     optional: dict
 
     def as_tf24_settings(self) -> dict[str, Any]:
-        """`tf24_settings`, or those of TF 2.1-2.3's loss scale.
-
-        Raises:
-            ValueError: If the loss scale has none (a custom `LossScale`).
-        """
+        """`tf24_settings`, or those of TF 2.1-2.3's loss scale; a custom
+        `LossScale` has none and raises a ValueError."""
         if self.loss_scale is None:
             return dict(self.tf24_settings)
         described = settings.describe(self.loss_scale)
@@ -160,11 +157,8 @@ def read(config: Any, class_name: str = "LossScaleOptimizer",
 
 def upgrade_legacy_config(config: Any, class_name: str = "LossScaleOptimizer"
                           ) -> dict[str, Any]:
-    """`config` in TF 2.4's format.
-
-    Raises:
-        ValueError: For a TF 2.1-2.3 loss scale with no TF 2.4 settings.
-    """
+    """`config` in TF 2.4's format; a ValueError if its TF 2.1-2.3 loss
+    scale has no TF 2.4 settings."""
     read_config = read(config, class_name)
     return {INNER_OPTIMIZER: read_config.inner_optimizer,
             **read_config.as_tf24_settings(), **read_config.optional}

@@ -36,11 +36,9 @@ NO_SETTINGS = OptimizerSettings(None, None, None, None)
 
 
 def describe(loss_scale: loss_scale_lib.LossScale) -> OptimizerSettings | None:
-    """TF 2.4's arguments for `loss_scale`, or None if they cannot say it.
-
-    Only a `FixedLossScale` and a `DynamicLossScale` with multiplier 2 have
-    them. A user's subclass has none, even one with a rule.
-    """
+    """TF 2.4's arguments for `loss_scale`, or None if they cannot say it: only
+    a `FixedLossScale` and a `DynamicLossScale` with multiplier 2 have them,
+    not a user's subclass."""
     if isinstance(loss_scale, loss_scale_lib.FixedLossScale):
         return OptimizerSettings(False, loss_scale.rule.value, None, None)
     if isinstance(loss_scale, loss_scale_lib.DynamicLossScale):
@@ -67,11 +65,8 @@ KERAS_BASE_DEFAULTS = {
 
 
 def check_dynamic(dynamic: Any) -> None:
-    """Raises TF 2.4's TypeError unless `dynamic` is a bool.
-
-    It catches a loss scale (TF 2.1-2.3) or an initial scale (Keras 3)
-    passed as the second argument.
-    """
+    """Raises TF 2.4's TypeError unless `dynamic` is a bool. It catches a loss
+    scale (TF 2.1-2.3) or an initial scale (Keras 3) passed second."""
     if not isinstance(dynamic, bool):
         raise TypeError(
             '"dynamic" argument to LossScaleOptimizer.__init__ must be a '

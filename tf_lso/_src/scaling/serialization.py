@@ -36,16 +36,13 @@ def serialize(loss_scale: loss_scale_lib.LossScale) -> dict[str, Any]:
 def deserialize(
     config: dict[str, Any], custom_objects: dict | None = None
 ) -> loss_scale_lib.LossScale:
-    """Creates a loss scale from the output of `serialize`.
+    """Creates a new `LossScale` from the output of `serialize`.
 
     Args:
         config: A dict with the keys `class_name` and `config`; other keys
             are ignored.
         custom_objects: An optional dict from class names to your own
             `LossScale` subclasses.
-
-    Returns:
-        A new `LossScale`.
 
     Raises:
         ValueError: For another format or an unknown class.
