@@ -1,20 +1,17 @@
 """tf_lso: TensorFlow's legacy mixed-precision loss scaling API, on Keras 3.
 
-With TensorFlow 2.16+ and Keras 3.8+ installed, importing tf_lso imports its
-runtime, so Keras finds tf_lso's classes by name (`.keras` files, configs).
-Without them (or next to an older TensorFlow) `import tf_lso` still works,
-and the first use of a runtime name raises an ImportError that says what to
-install. The migration tool (`python -m tf_lso check`, the `tf-lso`
-command) is the package `tf_lso_migration`, which imports nothing of this
-one.
+With TensorFlow 2.16+ and Keras 3.8+, importing tf_lso imports its runtime,
+so Keras finds tf_lso's classes by name. Without them `import tf_lso` still
+works, and the first runtime name used raises an ImportError saying what to
+install. The migration tool is `tf_lso_migration`, which imports nothing of
+this package.
 """
 
 import importlib
 import sys
 import typing
 
-# The distribution's version, kept where the migration tool (`tf-lso
-# --version`, SARIF) reads it without importing tf_lso.
+# Kept in the migration tool, which reads it without importing tf_lso.
 from tf_lso_migration import __version__ as __version__
 
 __all__ = (
@@ -73,12 +70,10 @@ def _require_runtime() -> None:
 
 def _import_runtime_if_usable() -> None:
     if sys.argv[:1] == ["-m"]:
-        # A start-up optimisation only: `python -m tf_lso ...` (Python sets
-        # argv[0] to "-m" while it imports the package of the module to
-        # run) starts `tf_lso_migration.cli`, whose `check` and `rule` need
-        # no runtime, nor TensorFlow's start-up time and log lines; `run`
-        # imports it (`tf_lso.install()`). What keeps the checker free of
-        # TensorFlow is `tf_lso_migration` importing nothing of tf_lso.
+        # `python -m tf_lso ...` (argv[0] is "-m" while Python imports the
+        # package): `check` and `rule` need no runtime, so skip TensorFlow's
+        # start-up time and logs. `run` imports the runtime itself. Only a
+        # speed-up: the checker stays free of TensorFlow regardless.
         return
     try:
         _require_runtime()

@@ -1,8 +1,7 @@
 """`python -m tf_lso run | check | rule`: see `tf_lso_migration.cli`.
 
-The commands live in `tf_lso_migration`, which imports no TensorFlow (the
-`tf-lso` console script runs them from there); this only starts them.
-`main` and `console_main` are kept here too, for scripts made before.
+The commands live in `tf_lso_migration`, which imports no TensorFlow. `main`
+and `console_main` stay importable from here for older scripts.
 """
 
 import sys

@@ -1,9 +1,8 @@
-"""Version checks and the few private TensorFlow/Keras hooks tf_lso needs.
+"""Version checks, and every private TensorFlow, Keras or tf_keras API
+tf_lso uses.
 
-Every use of a private TensorFlow, Keras or tf_keras API in tf_lso lives in
-this file, one function per hook, each with a comment naming the versions it
-was written against. `tests/compat_test.py` fails when a new release moves one
-of them.
+One function per hook; each names the versions it was written against.
+`tests/compat_test.py` fails when a new release moves one.
 """
 
 from __future__ import annotations
@@ -29,11 +28,8 @@ if TYPE_CHECKING:  # Annotations only: importing this module needs no TF.
 
 MIN_TENSORFLOW = (2, 16)
 MIN_KERAS = (3, 8)
-# Why not older Keras 3: before 3.8, `fit` under a tf.distribute strategy
-# trains wrongly even with a bare optimizer (the per-replica loss is not
-# scaled: keras-team/keras#19891, fixed by keras-team/keras#20609 in 3.8.0).
-# TensorFlow 2.16 to 2.19 accept Keras 3.8, so every supported TensorFlow can
-# have it.
+# Before 3.8, `fit` under a tf.distribute strategy trains wrongly even with
+# a bare optimizer (keras-team/keras#19891). Every supported TF accepts 3.8.
 
 _INSTALL_HINT = (
     "Install TensorFlow 2.16 or newer with `pip install 'tensorflow>=2.16' "
@@ -51,12 +47,9 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def _require_tf_keras_if_chosen() -> None:
-    """With `TF_USE_LEGACY_KERAS=1`, `tf.keras` is tf_keras: it must exist.
-
-    TensorFlow reads the variable when it is imported (only these spellings
-    count), and without tf_keras fails with a message that blames Keras or
-    TensorFlow; this one names the package and the command (issue 50).
-    """
+    """With `TF_USE_LEGACY_KERAS=1`, `tf.keras` is tf_keras, so it must exist.
+    TensorFlow's own error would blame Keras or TensorFlow; this one names the
+    package."""
     if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):
         return
     try:
@@ -114,22 +107,17 @@ def require_tensorflow() -> None:
 
 
 def is_variable(value: object) -> bool:
-    """Whether `value` is a TensorFlow or Keras variable (anything assignable).
-
-    `tf.Variable` (tf_keras, plain TensorFlow) and `keras.Variable` (Keras 3)
-    share no base class; both have `assign`.
-    """
+    """Whether `value` is a `tf.Variable` or `keras.Variable`: they share no
+    base class, but both have `assign`."""
     return callable(getattr(value, "assign", None))
 
 
 def in_xla_context() -> bool:
     """Whether the graph being built is compiled by XLA (`jit_compile=True`).
 
-    Private: `tensorflow.python.ops.control_flow_util.
-    GraphOrParentsInXlaContext` (TF 2.16 to 2.21; `tf.function(jit_compile=
-    True)` traces inside an XLA control flow context). XLA drops
-    `tf.debugging.Assert` and cannot compile string ops, so tf_lso leaves out
-    the assertions that name variables there.
+    Private: `control_flow_util.GraphOrParentsInXlaContext` (TF 2.16-2.21). XLA
+    drops `tf.debugging.Assert` and cannot compile string ops, so the
+    assertions that name variables are left out there.
     """
     import tensorflow as tf
     from tensorflow.python.ops import control_flow_util
@@ -142,12 +130,9 @@ def in_xla_context() -> bool:
 def merge_call_fails_in_cond() -> bool:
     """Whether a `merge_call` inside a cond fails in this replica context.
 
-    TF 2.16 to 2.21: MirroredStrategy and MultiWorkerMirroredStrategy run
-    each replica in a thread of its own, whose `merge_call` refuses to run
-    inside a cond that is being traced ("`merge_call` called while defining
-    a new graph"), unless the strategy needs no `merge_call` (XLA on GPUs:
-    private `tf.__internal__.distribute.strategy_supports_no_merge_call`).
-    Eagerly a cond runs one branch as Python, and nothing fails.
+    TF 2.16-2.21's mirrored strategies run each replica in a thread whose
+    `merge_call` refuses to run in a cond being traced, unless the strategy
+    needs none (XLA on GPUs; private `strategy_supports_no_merge_call`).
     """
     import tensorflow as tf
 
@@ -165,11 +150,8 @@ def merge_call_fails_in_cond() -> bool:
 
 
 def tf_keras_module() -> types.ModuleType | None:
-    """Returns the `tf_keras` module if it is already imported, else None.
-
-    tf_keras is optional. An object can only be a tf_keras optimizer if the
-    user imported tf_keras, so tf_lso never imports it itself.
-    """
+    """The `tf_keras` module if the user imported it, else None: tf_lso never
+    imports it."""
     return sys.modules.get("tf_keras")
 
 
@@ -180,13 +162,8 @@ _TF_KERAS_FILE_CLASSES: list[type] = []
 def tf_keras_files_hold(cls: type) -> None:
     """Makes tf_keras's `.keras` and `.weights.h5` files hold `cls`'s state.
 
-    Private hook: `tf_keras.src.saving.saving_lib._is_keras_trackable`
-    (tf_keras 2.16 to 2.21), which decides which attributes' objects its
-    saving and loading visit (calling their `save_own_variables` and
-    `load_own_variables`): its layers, its `Optimizer` (not the legacy
-    one), metrics and losses. It is replaced, once, by a test that also
-    takes instances of `cls`: what it answers for every other object stays
-    tf_keras's.
+    It wraps, once, the private `saving_lib._is_keras_trackable` (tf_keras
+    2.16-2.21), which decides what saving visits, to take `cls` too.
     """
     saving_lib: Any = importlib.import_module(
         "tf_keras.src.saving.saving_lib")
@@ -204,14 +181,12 @@ def tf_keras_files_hold(cls: type) -> None:
 
 def legacy_create_all_weights(optimizer: Any,
                               var_list: Iterable[tf.Variable]) -> None:
-    """Creates all slots and hyperparameters of a tf_keras legacy optimizer.
+    """Creates all slots and hyperparameters of a tf_keras legacy optimizer,
+    named as its `apply_gradients` would (`Adam/<variable>/m:0`): a `tf.cond`
+    cannot create them.
 
-    Private hook: `tf_keras.optimizers.legacy.Optimizer._create_all_weights`
-    (tf_keras 2.16 to 2.21; the same method existed on TF 2.3-2.15's
-    OptimizerV2). Variables must exist before the inner `apply_gradients` is
-    called inside a `tf.cond`, which cannot create variables. They are named
-    as that `apply_gradients` names them, under the private `_name`
-    (`Adam/iter:0`, `Adam/<variable>/m:0`).
+    Private: `legacy.Optimizer._create_all_weights` and `_name` (tf_keras
+    2.16-2.21).
     """
     import tensorflow as tf
 
@@ -222,46 +197,31 @@ def legacy_create_all_weights(optimizer: Any,
 def legacy_aggregate_gradients(
     optimizer: Any, grads_and_vars: Iterable[tuple[Any, tf.Variable]],
 ) -> list[tuple[Any, tf.Variable]]:
-    """Sums gradients over replicas as a tf_keras legacy optimizer does.
+    """Sums gradients over replicas as a tf_keras legacy optimizer does before
+    clipping.
 
-    Private hook: `tf_keras.optimizers.legacy.Optimizer.
-    _transform_unaggregated_gradients` and `_aggregate_gradients` (tf_keras
-    2.16 to 2.21; TF 2.2-2.15's OptimizerV2 had both), what its
-    `apply_gradients` runs before clipping, and what tf_keras's
-    LossScaleOptimizer runs before its finite check. The latter calls the
-    optimizer's `gradient_aggregator`.
+    Private: `legacy.Optimizer._transform_unaggregated_gradients` and
+    `_aggregate_gradients` (tf_keras 2.16-2.21).
     """
     grads_and_vars = optimizer._transform_unaggregated_gradients(grads_and_vars)
     return optimizer._aggregate_gradients(grads_and_vars)
 
 
 def legacy_hyperparameter_names(optimizer: Any) -> frozenset[str]:
-    """The hyperparameter names of a tf_keras legacy optimizer.
-
-    Private hook: the keys of `tf_keras.optimizers.legacy.Optimizer._hyper`
-    (tf_keras 2.16 to 2.21; TF 2.x's OptimizerV2 had the same dict), which
-    TF 2.4's LossScaleOptimizer forwarded.
-    """
+    """The hyperparameter names of a tf_keras legacy optimizer: the keys of the
+    private `legacy.Optimizer._hyper` (tf_keras 2.16-2.21)."""
     return frozenset(optimizer._hyper)
 
 
 def tf_dynamic_loss_scale_counter(loss_scale: Any) -> tf.Variable:
-    """The good-steps counter of TF's deprecated `DynamicLossScale`.
-
-    Private hook: `_num_good_steps` of
-    `tf.compat.v1.mixed_precision.DynamicLossScale` (TF 2.0 to 2.21); TF has
-    no public accessor for it.
-    """
+    """The good-steps counter of TF's deprecated `DynamicLossScale`: the
+    private `_num_good_steps` (TF 2.0-2.21), which has no public accessor."""
     return loss_scale._num_good_steps
 
 
 def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
-    """Sets up a Keras 3 `DTypePolicy` with no dtypes (TF 2.x's `'_infer'`).
-
-    Private hook: the `_name`, `_compute_dtype`, `_variable_dtype` and
-    `_quantization_mode` attributes of `keras.DTypePolicy` (Keras 3.8 to
-    3.15), whose constructor rejects `'_infer'`.
-    """
+    """Sets up a Keras 3 `DTypePolicy` with no dtypes (TF 2.x's `'_infer'`),
+    which its constructor rejects. Private attributes of Keras 3.8-3.15."""
     policy._name = name
     policy._compute_dtype = policy._variable_dtype = None
     policy._quantization_mode = None
@@ -269,20 +229,13 @@ def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
 
 # -- TensorFlow's Trackable protocol (optimizer/checkpointing.py) -----------
 # TF 2.16-2.21. Checkpoints find an object's children through these private
-# methods. The one accepted exception to "private APIs only in compat.py":
-# `LossScaleOptimizer` and the views in
-# checkpointing.py *override* `_trackable_children`, `_lookup_dependency`,
-# `_deferred_dependencies` and `_create_or_restore_slot_variable`, because
-# TensorFlow's checkpointing calls them on the object itself.
+# methods. checkpointing.py also overrides four of them, outside this file,
+# because TensorFlow calls them on the object itself.
 
 
 def __getattr__(name: str) -> Any:
-    """`Trackable`, TensorFlow's class.
-
-    `tf.__internal__.tracking.Trackable`, the base of checkpointable objects;
-    TF 2.16-2.21. Looked up when first used, so that importing this module
-    (the version check) needs no TensorFlow.
-    """
+    """`Trackable`: `tf.__internal__.tracking.Trackable` (TF 2.16-2.21), looked
+    up on first use so that the version check needs no TensorFlow."""
     if name == "Trackable":
         import tensorflow as tf
 
@@ -297,11 +250,8 @@ def trackable_children(obj: Any, save_type: str,
 
 
 def is_saved_model(save_type: str) -> bool:
-    """Whether `_trackable_children` was asked for a SavedModel.
-
-    TF 2.16-2.21: `save_type` is `trackable.constants.SaveType`, a str enum
-    whose values are "checkpoint" and "savedmodel".
-    """
+    """Whether `_trackable_children` was asked for a SavedModel (TF 2.16-2.21:
+    `save_type` is a str enum)."""
     return save_type == "savedmodel"
 
 
@@ -342,34 +292,24 @@ def keras_trainable_variables(optimizer: Any) -> list[Any]:
 
 def keras_set_trainable_variables(optimizer: Any,
                                   var_list: Iterable[Any]) -> None:
-    """Records the variables a Keras 3 optimizer was built for.
-
-    Private hook: `BaseOptimizer._trainable_variables` (Keras 3.8 to 3.15),
-    which Keras's own code reads off any optimizer (`apply()` without
-    variables, `SwapEMAWeights`); a loss scale optimizer builds without
-    Keras's `build`, so it sets it itself.
-    """
+    """Records the variables a Keras 3 optimizer was built for, since a loss
+    scale optimizer skips Keras's `build`. Keras reads the private
+    `BaseOptimizer._trainable_variables` (Keras 3.8-3.15) off any optimizer."""
     optimizer._trainable_variables = list(var_list)
 
 
 def keras_check_variables_are_known(optimizer: Any,
                                     var_list: Iterable[Any]) -> None:
-    """Raises Keras 3's ValueError for variables a built optimizer lacks.
-
-    Private hook: `BaseOptimizer._check_variables_are_known` (Keras 3.8 to
-    3.15), which `apply` itself calls; tf_lso calls it first, before any of
-    its own state changes.
-    """
+    """Raises Keras 3's ValueError for variables a built optimizer lacks,
+    before tf_lso's state changes. Private:
+    `BaseOptimizer._check_variables_are_known` (Keras 3.8-3.15)."""
     optimizer._check_variables_are_known(var_list)
 
 
 def tf_keras_check_variables_are_known(
         optimizer: Any, var_list: Iterable[tf.Variable]) -> None:
     """Raises tf_keras's KeyError for variables a built optimizer lacks.
-
-    Private: tf_keras 2.16 to 2.21 `Optimizer._var_key` and `_index_dict`,
-    which its update step reads (and fails on) for unknown variables.
-    """
+    Private: `Optimizer._var_key` and `_index_dict` (tf_keras 2.16-2.21)."""
     for variable in var_list:
         if optimizer._var_key(variable) not in optimizer._index_dict:
             raise KeyError(
@@ -386,12 +326,9 @@ def tf_keras_check_variables_are_known(
 def keras_is_auto_name(optimizer: Any) -> bool:
     """Whether a Keras 3 optimizer's name has the form Keras generates.
 
-    Keras 3.8 to 3.14 name an unnamed optimizer with the default of its
-    constructor's `name` argument (`"SGD"`, `"adamw"`); Keras 3.15 uses
-    `keras.src.utils.naming.auto_name(class name)`: the class name in snake
-    case, then `_1`, `_2`, ... for later instances. A name
-    of either form is not configuration (two `SGD()`s are configured alike);
-    any other name is.
+    Such a name is not configuration: two `SGD()`s are configured alike.
+    Keras 3.8-3.14 use the constructor's default `name` (`"SGD"`); Keras
+    3.15 uses the class name in snake case, then `_1`, `_2`, ...
     """
     try:
         parameter = inspect.signature(type(optimizer)).parameters.get("name")
@@ -406,34 +343,21 @@ def keras_is_auto_name(optimizer: Any) -> bool:
 
 
 def keras_step_counter(optimizer: Any) -> Any:
-    """The variable counting a Keras 3 optimizer's `apply` calls.
-
-    Private: `BaseOptimizer._iterations` (Keras 3.8 to 3.15). With gradient
-    accumulation the public `iterations` is a tensor (`_iterations // steps`)
-    that cannot be assigned; only then does tf_lso need this.
-    """
+    """The variable counting a Keras 3 optimizer's `apply` calls: the private
+    `BaseOptimizer._iterations` (Keras 3.8-3.15). With gradient accumulation
+    the public `iterations` is a tensor."""
     return optimizer._iterations
 
 
 def keras_optimizer_into_strategy(optimizer: Any) -> None:
-    """Makes a Keras 3 optimizer constructed outside the current strategy's
-    scope one of the strategy's, as if constructed in it.
+    """Moves a Keras 3 optimizer made outside the current strategy's scope into
+    the strategy. Call it in a cross-replica context.
 
-    A Keras 3 optimizer keeps the strategy it was constructed in and
-    creates `iterations` (and a float learning rate) then. Constructed
-    outside `strategy.scope()`, it holds plain tf.Variables, which every
-    replica of a MirroredStrategy writes (a bare Keras 3 optimizer counts
-    each step once per replica), and it cannot create slots under the
-    strategy ("Mixing different tf.distribute.Strategy objects"). TF 2.4's
-    optimizers created their variables at the first step, in the strategy.
-    Here the optimizer takes the current strategy, and each variable made
-    outside it gets a copy made in it, with its value; the Keras variable
-    stays the same object, so `optimizer.iterations`, checkpoints and files
-    keep it.
-
-    Private: Keras 3.8 to 3.15's TensorFlow optimizer keeps its strategy in
-    `_distribution_strategy`, and its TensorFlow `Variable` keeps the
-    tf.Variable in `_value`. Call it in a cross-replica context.
+    Such an optimizer holds plain tf.Variables, which every replica writes, and
+    it cannot create slots under the strategy. Each such variable gets a copy
+    made in the strategy; the Keras variable stays the same object. Private:
+    `_distribution_strategy` of Keras 3.8-3.15's optimizer, `_value` of its
+    `Variable`.
     """
     import tensorflow as tf
 
@@ -456,10 +380,8 @@ def keras_optimizer_into_strategy(optimizer: Any) -> None:
 def keras_gradient_accumulators(optimizer: Any,
                                 var_list: Iterable[Any]) -> list[Any]:
     """The gradient accumulators of `var_list` in a built Keras 3 optimizer.
-
-    Private: `BaseOptimizer._accumulated_gradients` and
-    `_get_variable_index` (Keras 3.8 to 3.15), as `apply` itself reads them.
-    """
+    Private: `BaseOptimizer._accumulated_gradients` and `_get_variable_index`
+    (Keras 3.8-3.15)."""
     return [
         optimizer._accumulated_gradients[optimizer._get_variable_index(v)]
         for v in var_list
@@ -468,11 +390,8 @@ def keras_gradient_accumulators(optimizer: Any,
 
 def keras_learning_rate_schedule(
         optimizer: Any) -> Callable[..., Any] | None:
-    """A Keras 3 optimizer's learning rate schedule, or None.
-
-    Private: `BaseOptimizer._learning_rate` (Keras 3.8 to 3.15) holds the
-    schedule (or callable); the public `learning_rate` is its current value.
-    """
+    """A Keras 3 optimizer's learning rate schedule (or callable), or None.
+    Private: `BaseOptimizer._learning_rate` (Keras 3.8-3.15)."""
     learning_rate = optimizer._learning_rate
     if is_variable(learning_rate) or not callable(learning_rate):
         return None
@@ -480,7 +399,7 @@ def keras_learning_rate_schedule(
 
 
 _SHADOWS_LOCK = threading.Lock()
-_NOT_SET = object()  # What a shadow restores as: not in the instance dict.
+_NOT_SET = object()  # The attribute was not in the instance dict.
 
 
 def _shadow_key(name: str) -> str:
@@ -491,11 +410,8 @@ def _shadow_key(name: str) -> str:
 def _shadowed(obj: Any, name: str, value: Any) -> Iterator[None]:
     """While active, `obj`'s instance attribute `name` is `value`.
 
-    MirroredStrategy runs each replica's step in a thread of its own, so the
-    entries of several threads overlap: the first one sets `value`, the
-    last exit restores what `obj.__dict__` held before (or deletes `name`
-    if it held none), and `_unshadowed` reads that meanwhile. The count
-    and the previous value live in `obj.__dict__` too, while active.
+    Replicas' threads overlap: a count in `obj.__dict__` lets the last exit
+    restore the old value, which `_unshadowed` reads meanwhile.
     """
     state = vars(obj)
     key = _shadow_key(name)
@@ -530,15 +446,12 @@ def _unshadowed(obj: Any, name: str, default: Any) -> Any:
 def keras_apply_without_all_reduce(
         optimizer: Any, grads_and_vars: Iterable[tuple[Any, Any]],
         *arguments: Any) -> None:
-    """Applies gradients with a Keras 3 optimizer, skipping its all-reduce.
+    """Applies gradients with a Keras 3 optimizer, skipping its all-reduce (for
+    `experimental_aggregate_gradients=False`).
 
-    Private hook: Keras 3's TensorFlow optimizers (Keras 3.8-3.15) always sum
-    gradients across replicas in `TFOptimizer._all_reduce_sum_gradients`,
-    with no public switch (tf_keras has `skip_gradients_aggregation`). For
-    `experimental_aggregate_gradients=False` the instance's method is shadowed
-    by the identity while `apply_gradients` runs (it runs once per trace).
-    MirroredStrategy runs each replica in its own thread, so the shadow stays
-    until the last replica's call has returned.
+    The private `TFOptimizer._all_reduce_sum_gradients` (Keras 3.8-3.15) has no
+    public switch. It is shadowed by the identity until the last replica's call
+    returns.
     """
     if not hasattr(type(optimizer), "_all_reduce_sum_gradients"):
         raise NotImplementedError(
@@ -554,21 +467,12 @@ def keras_apply_without_all_reduce(
 
 def keras_loss_scale_optimizer_file_state(
         store: Any, inner_count: int) -> tuple[Any, Any] | None:
-    """The scale and counter in a Keras 3 LossScaleOptimizer's file entry.
+    """`(dynamic_scale, step_counter)` from a Keras 3 LossScaleOptimizer's file
+    entry, or None for another layout.
 
-    Keras 3.8 to 3.15 save a `LossScaleOptimizer`'s `variables` by position
-    in its entry of a `.keras`/`.weights.h5` file: its own `iterations` and
-    `learning_rate` (unused), `step_counter`, `dynamic_scale`, then the
-    inner optimizer's `inner_count` variables (which Keras saves again under
-    `inner_optimizer`, and loads from there).
-
-    Args:
-        store: The dict-like store Keras passes to `load_own_variables`.
-        inner_count: How many variables the inner optimizer has.
-
-    Returns:
-        `(dynamic_scale, step_counter)` as stored, or None if `store` does
-        not have this layout.
+    Keras 3.8-3.15 save its `variables` by position: `iterations` and
+    `learning_rate` (unused), `step_counter`, `dynamic_scale`, then the inner
+    optimizer's `inner_count` variables.
     """
     if set(store.keys()) != {str(i) for i in range(4 + inner_count)}:
         return None
@@ -576,14 +480,11 @@ def keras_loss_scale_optimizer_file_state(
 
 
 def keras_compile_owner() -> type[Any]:
-    """The class whose `compile` Keras 3 compares a loaded model's against.
+    """The class whose `compile` Keras 3 compares a loaded model's against: the
+    private `Trainer` (Keras 3.8-3.15).
 
-    Private: `keras.src.trainers.trainer.Trainer` (Keras 3.8 to 3.15).
-    `Trainer.compile_from_config`, which `load_model` calls, compiles a
-    loaded model only if `type(model).compile == Trainer.compile`; a hook on
-    `keras.Model` would make every loaded model look custom and come back
-    without its optimizer. Hooking `Trainer.compile` itself keeps the test
-    true for every model that does not define its own `compile`.
+    `load_model` compiles a model only if `type(model).compile ==
+    Trainer.compile`, so the hook goes on `Trainer.compile`, not `keras.Model`.
     """
     from keras.src.trainers import trainer
 
@@ -597,62 +498,43 @@ def keras_compile_owner() -> type[Any]:
 
 
 def keras_ema_averages(optimizer: Any) -> list[Any]:
-    """A built Keras 3 optimizer's moving averages (`use_ema=True`).
-
-    Private: `BaseOptimizer._model_variables_moving_average` (Keras 3.8 to
-    3.15), one per variable of `_trainable_variables`, in that order (None
-    for a variable without one).
-    """
+    """A built Keras 3 optimizer's moving averages, one per trainable variable
+    or None. Private: `BaseOptimizer._model_variables_moving_average` (Keras
+    3.8-3.15)."""
     return list(optimizer._model_variables_moving_average)
 
 
 def keras_overwrite_with_ema(optimizer: Any) -> None:
-    """Copies a Keras 3 optimizer's moving averages into its variables.
-
-    Private: `_overwrite_model_variables_with_average_value` (Keras 3.8 to
-    3.15; the TensorFlow backend's writes every replica), as `apply` calls it
-    every `ema_overwrite_frequency` steps.
-    """
+    """Copies a Keras 3 optimizer's moving averages into its variables, as
+    `apply` does every `ema_overwrite_frequency` steps. Private (Keras
+    3.8-3.15)."""
     optimizer._overwrite_model_variables_with_average_value(
         optimizer._trainable_variables)
 
 
 def keras_uses_ema(optimizer: Any) -> bool:
-    """Whether a Keras 3 optimizer keeps moving averages (`use_ema`).
-
-    The optimizer's own setting, also while `keras_apply_without_ema` has
-    switched it off for `apply`: MirroredStrategy runs each replica's step
-    in a thread of its own, so one replica may ask while another's `apply`
-    is running.
-    """
+    """Whether a Keras 3 optimizer keeps moving averages (`use_ema`), as set
+    outside `keras_apply_without_ema`, which another replica's thread may be
+    in."""
     return bool(_unshadowed(optimizer, "use_ema", False))
 
 
 @contextlib.contextmanager
 def keras_apply_without_ema(optimizer: Any) -> Iterator[None]:
-    """While active, a Keras 3 optimizer's `apply` leaves its averages alone.
+    """While active, a Keras 3 optimizer's `apply` leaves its averages alone,
+    since tf_lso updates them (`KerasInner`).
 
-    Keras 3.8 to 3.15 read `use_ema` in `_backend_apply_gradients` only,
-    once per trace, to decide whether `apply` updates the moving averages
-    (and copies them into the variables every `ema_overwrite_frequency`
-    steps); tf_lso does that itself (`KerasInner`). MirroredStrategy calls
-    `apply` from one thread per replica, so the switch stays off until the
-    last replica's call has returned.
+    Keras 3.8-3.15 read `use_ema` once per trace. The switch stays off until
+    the last replica's call returns.
     """
     with _shadowed(optimizer, "use_ema", False):
         yield
 
 
 def tf_keras_is_tf_keras() -> bool:
-    """Whether `tf.keras` is tf_keras 2.x (`TF_USE_LEGACY_KERAS=1`).
-
-    TensorFlow 2.16+ decides when it is imported (and its lazy `tf.keras`
-    once more on first use); asking what `tf.keras.Model` is gives what
-    `tf.keras` attribute access really gives in every state, also after
-    `import tensorflow.keras` replaced the lazy loader. The environment
-    variable alone is not reliable: only three spellings count, and it may
-    have changed after TensorFlow was imported.
-    """
+    """Whether `tf.keras` is tf_keras 2.x. It asks `tf.keras.Model`: the
+    `TF_USE_LEGACY_KERAS` variable may have changed since TensorFlow read
+    it."""
     import tensorflow as tf
 
     return tf.keras.Model.__module__.split(".")[0] == "tf_keras"

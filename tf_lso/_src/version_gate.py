@@ -1,13 +1,9 @@
 """Importing this module checks that TensorFlow and Keras are usable.
 
-The public packages (`tf_lso`, `tf_lso.experimental`, `tf_lso.callbacks`)
-import it before any runtime module, so that a missing or too old
-TensorFlow or Keras raises an ImportError that says what to install, not
-an error from deep inside. It is the only import in tf_lso that checks
-anything. A runtime module, when imported, only registers what it defines
-(with Keras, with TensorFlow's ABCs and tensor conversion, or with
-`compile_hook`) and changes nothing else. `compat`, which it imports, and
-the migration tool import without TensorFlow.
+The public packages import it before any runtime module, so that a missing
+or old TensorFlow or Keras raises an ImportError saying what to install. No
+other import checks anything; runtime modules only register what they
+define.
 """
 
 from tf_lso._src import compat

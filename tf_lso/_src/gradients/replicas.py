@@ -1,11 +1,5 @@
-"""Every collective, and the `tf.distribute` rules of loss scaling.
-
-Everything tf_lso communicates between replicas goes through here: the one
-cross-replica sum (`summed`: the finite verdict, the offending variables of
-a skipped step), the one all-reduce of gradients (`all_reduced`), the skip
-cond that every replica takes alike, and the state variables that every
-replica writes alike. Also which strategies are supported.
-"""
+"""Every collective, and the `tf.distribute` rules of loss scaling: all
+that replicas exchange goes through here."""
 
 from __future__ import annotations
 
@@ -34,12 +28,9 @@ _TPU_STRATEGIES = (
 
 
 def check_strategy_supported() -> None:
-    """Raises ValueError if the current strategy cannot do loss scaling.
-
-    Loss scaling needs one variable copy per compute replica, so that each
-    replica's gradients are unscaled once: true for the default strategy,
-    `OneDeviceStrategy`, `MirroredStrategy` and `MultiWorkerMirroredStrategy`.
-    """
+    """Raises ValueError if the current strategy cannot do loss scaling: it
+    needs one variable copy per compute replica, so that each replica's
+    gradients are unscaled once."""
     if not tf.distribute.has_strategy():
         return
     strategy = tf.distribute.get_strategy()
@@ -76,13 +67,9 @@ def replicas_in_sync() -> int:
 
 
 def create_variables(fn: Callable[..., Any], *args: Any) -> Any:
-    """Calls `fn(*args)` once, outside any replica and any `tf.function`.
-
-    For creating optimizer variables on the first step: created lazily inside
-    `strategy.run` in a `tf.function`, Keras optimizer slots fail at run time
-    ("You must feed a value for placeholder tensor"). A `merge_call` plus
-    `tf.init_scope` creates them eagerly as proper mirrored variables.
-    """
+    """Calls `fn(*args)` once, outside any replica and `tf.function`, to create
+    optimizer variables on the first step: slots created inside `strategy.run`
+    in a `tf.function` fail at run time."""
     if tf.distribute.has_strategy() and (
         not tf.distribute.in_cross_replica_context()
     ):
@@ -98,14 +85,9 @@ def create_variables(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def summed(fn: Callable[..., tf.Tensor], *args: Any) -> tf.Tensor:
-    """`fn(*args)` summed over every replica: the one cross-replica sum.
-
-    Without a strategy just `fn(*args)`. In a replica context, one
-    all-reduce of this replica's `fn(*args)`. In a cross-replica context
-    `args` hold per-replica values (as `false_fn`'s arguments in
-    `cond_on_all_replicas` do): `fn` runs for each replica, and the results
-    are reduced.
-    """
+    """`fn(*args)` summed over every replica: the one cross-replica sum. In a
+    cross-replica context `args` hold per-replica values and `fn` runs for
+    each."""
     if not tf.distribute.has_strategy():
         return fn(*args)
     if tf.distribute.in_cross_replica_context():
@@ -118,30 +100,16 @@ def summed(fn: Callable[..., tf.Tensor], *args: Any) -> tf.Tensor:
 
 
 def all_finite(grads: Any) -> tf.Tensor:
-    """Returns a bool scalar tensor: True iff every replica's grads are finite.
-
-    Without a distribution strategy this is a local check. In a replica
-    context the per-replica verdicts are summed with one scalar all-reduce, so
-    every replica (and every worker) gets the same answer. In a cross-replica
-    context `grads` may hold per-replica values; each replica is checked and
-    the verdicts are reduced the same way.
-
-    Args:
-        grads: A nest of gradients, or a `packing.Packed` (checked without
-            packing it again).
-    """
+    """A bool scalar tensor, True iff every replica's `grads` (a nest or a
+    `packing.Packed`) are finite; every replica gets the same answer."""
     if isinstance(grads, packing.Packed):
         return tf.equal(summed(packing.nonfinite, grads.values), 0.0)
     return tf.equal(summed(packing.local_nonfinite, grads), 0.0)
 
 
 def all_reduced(packed: packing.Packed) -> packing.Packed:
-    """Returns a `Packed` whose values are summed over all replicas.
-
-    Must be called in a replica context. One `all_reduce` carries every
-    value (stacks included) but the `raw` ones, which each replica keeps;
-    `IndexedSlices` stay sparse.
-    """
+    """A `Packed` whose values but the `raw` ones are summed over all replicas,
+    in one `all_reduce` (call it in a replica context)."""
     context = tf.distribute.get_replica_context()
     return packed.with_sums(
         context.all_reduce(tf.distribute.ReduceOp.SUM, packed.summands()))
@@ -150,12 +118,10 @@ def all_reduced(packed: packing.Packed) -> packing.Packed:
 def in_cross_replica_context(fn: Callable[..., Any], *args: Any) -> Any:
     """Calls `fn(*args)` once, in a cross-replica context.
 
-    From a replica context through `merge_call`: every replica waits for
-    the others, and `args` arrive as per-replica values (see
-    `first_replica`). For what a replica may not do itself, such as a cond
-    around `strategy.extended.update` (a `merge_call` inside a cond fails in
-    a `tf.function` under MirroredStrategy). Must not be called inside a
-    cond in a replica context.
+    From a replica context it goes through `merge_call`, so `args` arrive per
+    replica (see `first_replica`). It does what a replica may not, such as a
+    cond around `strategy.extended.update`. Do not call it inside a cond in a
+    replica context.
     """
     if tf.distribute.has_strategy() and (
         not tf.distribute.in_cross_replica_context()
@@ -166,11 +132,8 @@ def in_cross_replica_context(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def first_replica(value: Any) -> Any:
-    """The first replica's copy of `value` in a cross-replica context.
-
-    For values that every replica computes alike (the loss scale), passed
-    to `false_fn` in `cond_on_all_replicas`; elsewhere `value` itself.
-    """
+    """The first replica's copy of `value` in a cross-replica context
+    (for values every replica computes alike); elsewhere `value`."""
     if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
         return tf.distribute.get_strategy().experimental_local_results(
             value)[0]
@@ -178,13 +141,8 @@ def first_replica(value: Any) -> Any:
 
 
 def in_v1_graph() -> bool:
-    """Whether ops are being added to a `tf.compat.v1` graph (a Session's).
-
-    There only what a fetched op depends on runs, and nothing orders
-    stateful ops (no eager execution, no automatic control dependencies as
-    in a `tf.function`). Ask before building a cond: its branches are
-    functions.
-    """
+    """Whether ops go into a `tf.compat.v1` graph (a Session's), where only
+    what a fetched op depends on runs, and nothing orders stateful ops."""
     return not tf.executing_eagerly() and not tf.inside_function()
 
 
@@ -193,20 +151,16 @@ def cond_on_all_replicas(pred: bool | tf.Tensor, true_fn: Callable[..., Any],
                          false_args: Sequence[Any] = ()) -> Any:
     """Runs `true_fn(*args)` on every replica if `pred`, else `false_fn`.
 
-    `pred` must have the same value on every replica (`all_finite`
-    guarantees that), so every replica issues the same collectives. A Python
-    bool needs no cond at all.
-
-    Under a strategy, the cond is built in a cross-replica context (via
-    `merge_call`), because a branch that calls `merge_call` itself (as an
-    optimizer's `apply_gradients` does) is not allowed inside a cond in a
-    replica context. `false_fn(*false_args)` then runs once, in the
-    cross-replica context, with per-replica `false_args` (see `summed`).
+    `pred` must be the same on every replica (`all_finite` makes it so), so
+    that all replicas issue the same collectives. Under a strategy the cond
+    is built in a cross-replica context, because a branch that calls
+    `merge_call` (as `apply_gradients` does) may not sit in a replica
+    context's cond. `false_fn(*false_args)` then runs once, with per-replica
+    `false_args`.
 
     Returns:
-        In a `tf.compat.v1` graph, what runs the chosen branch: a branch
-        must return every op it wants run there. Elsewhere, for a Python
-        bool, what the branch returned; otherwise None.
+        For a Python bool, what the branch returned. In a `tf.compat.v1`
+        graph, the op that runs the chosen branch's returned ops. Else None.
     """
     if isinstance(pred, bool):
         return true_fn(*args) if pred else false_fn(*false_args)
@@ -232,17 +186,13 @@ def cond_on_all_replicas(pred: bool | tf.Tensor, true_fn: Callable[..., Any],
 
 def _lowered_cond(pred: tf.Tensor, true_fn: Callable[[], Any],
                   false_fn: Callable[[], Any]) -> Any:
-    """`tf.cond`, lowered to Switch/Merge ops in a graph, as TF 2.4's was.
+    """`tf.cond`, lowered to Switch/Merge ops in a graph; its output runs
+    the branch's ops in a `tf.compat.v1` graph, else it is None.
 
     Lowered, the apply branch is part of the step's graph, so Grappler
-    rewrites the inner optimizer's update exactly as it rewrites a bare
-    optimizer's, and a kept step is bit-equal to the bare step. Kept as one
-    If op (tried for speed, docs/performance.md), the branch was a separate
-    function that Grappler rewrote differently: Adagrad, Ftrl and RMSprop
-    updates came out a few ulps apart. XLA never lowers a cond.
-
-    In a `tf.compat.v1` graph each branch returns its ops, grouped, and the
-    cond's output runs them; elsewhere the branches return nothing.
+    rewrites the update as it rewrites a bare optimizer's, and a kept step
+    is bit-equal to the bare step. As one If op, Adagrad, Ftrl and RMSprop
+    came out a few ulps apart (docs/performance.md).
     """
     if not in_v1_graph():
         tf.cond(pred, lambda: _none(true_fn()), lambda: _none(false_fn()))
@@ -263,17 +213,10 @@ def grouped(result: Any) -> tf.Operation:
 def assign_state(assignments: Sequence[tuple[tf.Variable, Any]]) -> list[Any]:
     """Assigns each value to its `state_variable`, once per step.
 
-    Every replica computes the same values. A state variable made in the
+    Every replica computes the same values. A variable made in the
     strategy's scope takes the first replica's write. One made outside it
-    (a loss scale optimizer made before `strategy.scope()`) is a single
-    variable that every replica shares: in a replica context it is written
-    once, in a cross-replica context, as TF 2.4 updated its loss scales.
-
-    Args:
-        assignments: `(variable, value)` pairs.
-
-    Returns:
-        The assign ops (None entries eagerly).
+    is shared by all replicas, so it is written once, in a cross-replica
+    context. Returns the assign ops (None entries eagerly).
     """
 
     def assign(*values: Any) -> list[Any]:
@@ -291,10 +234,9 @@ def assign_state(assignments: Sequence[tuple[tf.Variable, Any]]) -> list[Any]:
 def state_variable(initial_value: Any, dtype: tf.DType,
                    name: str) -> tf.Variable:
     """A non-trainable variable that every replica sets to the same value."""
-    # Every replica computes the same new value (the finite check is reduced
-    # across replicas first), so the first replica's write is everyone's.
-    # That lets `update` assign in a replica context, which TF's NONE
-    # aggregation forbade.
+    # Every replica computes the same value (the finite check is reduced
+    # first), so the first replica's write is everyone's. This aggregation,
+    # unlike NONE, allows assigning in a replica context.
     return tf.Variable(
         initial_value,
         dtype=dtype,

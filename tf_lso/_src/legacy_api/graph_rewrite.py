@@ -1,13 +1,7 @@
 """`enable_mixed_precision_graph_rewrite` for Keras 3 optimizers.
 
-TF 2.1-2.3 scripts call `tf.train.experimental.
-enable_mixed_precision_graph_rewrite(opt)` and then train with the optimizer
-it returns. TensorFlow 2.16+ keeps the function only for TF1-style
-optimizers (`tf.compat.v1.mixed_precision`); for Keras optimizers it raises.
-This one does what TF 2.4-2.8 did for Keras optimizers: wrap the optimizer
-in the experimental loss scale optimizer (the wrapper TF registered for
-them) and switch on TensorFlow's automatic mixed precision graph pass.
-TF1-style optimizers still go to TensorFlow's own function.
+TensorFlow 2.16+ raises for Keras optimizers here. This module does what
+TF 2.4-2.8 did for them; TF1-style optimizers still go to TensorFlow.
 """
 
 from __future__ import annotations
@@ -21,8 +15,7 @@ from tf_lso._src import compat
 from tf_lso._src.inner import wrapping
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 
-# TensorFlow's own function (TF1-style optimizers), as it was at import:
-# `tf_lso.install()` puts `enable_mixed_precision_graph_rewrite` in its place.
+# TensorFlow's own function, kept before `tf_lso.install()` replaces it.
 _TF_ENABLE = tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite
 _PASS = "auto_mixed_precision"
 
@@ -30,17 +23,12 @@ _PASS = "auto_mixed_precision"
 def enable_mixed_precision_graph_rewrite(
     opt: Any, loss_scale: Any = "dynamic"
 ) -> Any:
-    """Wraps `opt` for loss scaling and switches on the graph rewrite.
+    """Wraps `opt` in `tf_lso.experimental.LossScaleOptimizer(opt,
+    loss_scale)` and switches on TensorFlow's mixed precision graph pass.
 
-    TF 2.1-2.8's function, for Keras 3 and tf_keras optimizers too: the
-    optimizer is wrapped in `tf_lso.experimental.LossScaleOptimizer(opt,
-    loss_scale)` (the class TF 2.4-2.8 wrapped Keras optimizers in), and
-    TensorFlow's automatic mixed precision graph pass is switched on
-    (`tf.config.optimizer.set_experimental_options`). That pass changes
-    float32 ops to float16 on NVIDIA GPUs only: on CPUs (and TPUs) the graph
-    is left as it is, and the loss scale optimizer works as usual. A
-    TF1-style optimizer (`tf.compat.v1.train.Optimizer`) goes to
-    TensorFlow's own function, which takes tf_lso's loss scales as its own.
+    The pass changes ops to float16 on NVIDIA GPUs only; elsewhere the loss
+    scale optimizer works as usual. A `tf.compat.v1.train.Optimizer` goes to
+    TensorFlow's own function, which takes tf_lso's loss scales too.
 
     Args:
         opt: A Keras 3, tf_keras or tf_keras legacy optimizer, or a
@@ -49,12 +37,12 @@ def enable_mixed_precision_graph_rewrite(
             `LossScale`, as `tf_lso.experimental.LossScaleOptimizer` takes.
 
     Returns:
-        The optimizer to train with: the loss scale optimizer wrapping `opt`.
+        The loss scale optimizer to train with.
 
     Raises:
-        ValueError: If a mixed precision Keras global policy is set (use one
-            of the two, not both), if `opt` is a loss scale optimizer or
-            wrapped by one already, or if it is not an optimizer.
+        ValueError: If a mixed precision Keras global policy is set, if
+            `opt` is or has a loss scale optimizer already, or if it is not
+            an optimizer.
     """
     if isinstance(opt, tf.compat.v1.train.Optimizer):
         return _TF_ENABLE(opt, loss_scale)
@@ -68,7 +56,7 @@ def enable_mixed_precision_graph_rewrite(
             "loss scale optimizer without the graph rewrite."
         )
     if not wrapping.is_supported(opt):
-        # TF's wording first (code matches it), then what tf_lso takes.
+        # TF's wording first, as code matches it.
         raise ValueError(
             '"opt" must be an instance of a tf.train.Optimizer or a '
             f"tf.keras.optimizers.Optimizer, but got: {opt!r}. It hands a "

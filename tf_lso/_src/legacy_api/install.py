@@ -1,9 +1,8 @@
 """`tf_lso.install()` / `uninstall()`: the legacy names, resolved to tf_lso.
 
-Old TF 2.1-2.4 scripts die on their first mixed-precision line on TF 2.16+,
-because the names they use no longer exist. `install()` puts tf_lso's
-classes and functions where those scripts look for them, and records what it
-replaced so that `uninstall()` restores TensorFlow exactly as it was.
+TF 2.1-2.4 scripts use mixed-precision names that TF 2.16+ lacks.
+`install()` puts tf_lso's objects there and records what it replaced, so
+that `uninstall()` restores TensorFlow exactly.
 """
 
 from __future__ import annotations
@@ -41,9 +40,8 @@ def _set(owner: Any, name: str, value: Any) -> None:
 
 
 def _is_tf_keras(value: object) -> bool:
-    """Whether `value` is tf_keras's: a name that works on the legacy-Keras
-    route (`tf.keras.mixed_precision.LossScaleOptimizer` there is TF 2.4's
-    class, kept by tf_keras), which `install()` leaves alone."""
+    """Whether `value` is tf_keras's. Such a name works on the legacy-Keras
+    route, so `install()` leaves it alone."""
     return getattr(value, "__module__", "").split(".")[0] == "tf_keras"
 
 
@@ -53,16 +51,8 @@ def _register(name: str, module: types.ModuleType) -> None:
 
 
 def _keras_mixed_precision_modules() -> list[types.ModuleType]:
-    """Every module object a script can reach as tf.keras.mixed_precision.
-
-    On TF 2.16+ `tf.keras.mixed_precision` is Keras 3's mixed precision API,
-    but as more than one module object: Keras's tf_keras facade
-    (`keras/_tf_keras/keras/mixed_precision`, what `tf.keras` and `import
-    tensorflow.keras.mixed_precision` give with a plain `pip install
-    tensorflow`) and `keras.mixed_precision` itself. All of them must show
-    the legacy names, so that `keras.mixed_precision.LossScaleOptimizer` is
-    tf_lso's class too.
-    """
+    """Every module object a script reaches as tf.keras.mixed_precision:
+    Keras's tf_keras facade and `keras.mixed_precision` itself."""
     modules: list[types.ModuleType] = []
     for module in (
         tf.keras.mixed_precision,
@@ -76,24 +66,20 @@ def _keras_mixed_precision_modules() -> list[types.ModuleType]:
 
 
 def installed_names() -> list[str]:
-    """The dotted names `install()` provides, for docs and tests.
-
-    Every public name of the one table of legacy names that `python -m
-    tf_lso check --fix` rewrites too (`tf_lso_migration/legacy_names.py`).
-    """
+    """The dotted names `install()` provides: the public names of
+    `tf_lso_migration/legacy_names.py`, which `check --fix` rewrites too."""
     return legacy.installed_names()
 
 
 def _tf_lso_object(dotted: str) -> Any:
-    """The tf_lso object a dotted name such as `tf_lso.experimental.Policy`
-    names."""
+    """The object a dotted name such as `tf_lso.experimental.Policy` names."""
     module, _, attribute = dotted.rpartition(".")
     return getattr(importlib.import_module(module), attribute)
 
 
 def _owners() -> dict[str, dict[str, Any]]:
-    """{the module a legacy name is in (`tf.train.experimental`): {attribute:
-    tf_lso object}}, for every name `install()` provides."""
+    """`{'tf.train.experimental': {attribute: tf_lso object}, ...}` for
+    every name `install()` provides."""
     owners: dict[str, dict[str, Any]] = {}
     for name in installed_names():
         owner, _, attribute = name.rpartition(".")
@@ -103,11 +89,8 @@ def _owners() -> dict[str, dict[str, Any]]:
 
 
 def _modules_at(path: str) -> list[types.ModuleType]:
-    """The module objects a script reaches as `path` (`tf.train`, ...).
-
-    Two for `tf.keras.mixed_precision` (see `_keras_mixed_precision_modules`).
-    A module TensorFlow no longer has (`tf.mixed_precision`) is made.
-    """
+    """The module objects a script reaches as `path` (`tf.train`, ...),
+    making those TensorFlow no longer has (`tf.mixed_precision`)."""
     if path == "tf.keras.mixed_precision":
         return _keras_mixed_precision_modules()
     owner = tf
@@ -125,24 +108,16 @@ def _modules_at(path: str) -> list[types.ModuleType]:
 def install() -> None:
     """Makes TF 2.1-2.4's mixed-precision names resolve to tf_lso.
 
-    Explicit and idempotent. Afterwards these work as in TF 2.1-2.4:
-    `tf.keras.mixed_precision.experimental.{LossScaleOptimizer, Policy,
-    set_policy, global_policy, get_layer_policy, LossScale, FixedLossScale,
-    DynamicLossScale}`, `tf.mixed_precision.experimental.{LossScale,
-    FixedLossScale, DynamicLossScale}`, `tf.train.experimental.{LossScale,
-    FixedLossScale, DynamicLossScale}`, and
-    `tf.keras.mixed_precision.LossScaleOptimizer` with TF 2.4's signature
-    (still a Keras 3 `LossScaleOptimizer`), and
-    `tf.train.experimental.{enable, disable}_mixed_precision_graph_rewrite`
-    (Keras optimizers; TF1 ones go to TensorFlow's own). `from
-    tensorflow.keras.mixed_precision import experimental` works too.
+    Explicit and idempotent. The names are those under
+    `tf.keras.mixed_precision.experimental`, `tf.mixed_precision.experimental`
+    and `tf.train.experimental`, and `tf.keras.mixed_precision.
+    LossScaleOptimizer` with TF 2.4's signature (`installed_names()`; the
+    list is in docs/migration.md). `import` statements find them too.
     `model.compile` under a `'mixed_float16'` policy then wraps the optimizer
-    in `tf_lso.LossScaleOptimizer` instead of Keras 3's class.
+    in `tf_lso.LossScaleOptimizer`, not Keras 3's class.
 
-    On the legacy-Keras route (`TF_USE_LEGACY_KERAS=1`: `tf.keras` is
-    tf_keras 2.x) only what tf_keras lacks is provided: the names tf_keras
-    kept (its `tf.keras.mixed_precision.LossScaleOptimizer`, TF 2.4's
-    class) stay tf_keras's.
+    On the legacy-Keras route (`TF_USE_LEGACY_KERAS=1`) it provides only
+    what tf_keras lacks.
 
     >>> tf_lso.install()
     >>> (tf.keras.mixed_precision.experimental.LossScaleOptimizer
@@ -156,8 +131,7 @@ def install() -> None:
         return
     for owner, attributes in _owners().items():
         if owner in legacy.LEGACY_MODULES:
-            # A module TF 2.16+ no longer has: provided whole, also to
-            # `import` statements.
+            # A module TF 2.16+ lacks: provided whole, also to `import`.
             name = "tensorflow" + owner[2:]
             module = _module(name, attributes)
             parent, _, last = owner.rpartition(".")
@@ -176,8 +150,8 @@ def install() -> None:
 def uninstall() -> None:
     """Undoes `install()`: TensorFlow's names are as they were before.
 
-    The `keras.Model.compile` hook is removed too, unless a tf_lso
-    `Policy` is the global policy (it still needs it).
+    It removes the `keras.Model.compile` hook too, unless a tf_lso `Policy`
+    is the global policy.
     """
     while _installed:
         owner, name, previous = _installed.pop()

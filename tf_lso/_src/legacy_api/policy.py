@@ -1,9 +1,7 @@
 """The TF 2.1-2.3 dtype policy API: `Policy(name, loss_scale='auto')`.
 
-A `Policy` is a Keras 3 `DTypePolicy` (so layers compute in its dtypes) that
-also carries a loss scale. `model.compile` wraps a plain optimizer in a
-`tf_lso.experimental.LossScaleOptimizer` with that loss scale (see
-compile_hook.py), as TF 2.1-2.3 did.
+A `Policy` is a Keras 3 `DTypePolicy` with a loss scale. `model.compile`
+wraps a plain optimizer in a loss scale optimizer with it (compile_hook.py).
 """
 
 from __future__ import annotations
@@ -85,9 +83,6 @@ class Policy(keras.dtype_policies.FloatDTypePolicy):
         Args:
             config: `{'name', 'loss_scale'}`.
             custom_objects: Optional dict of custom loss scale classes.
-
-        Returns:
-            A new `Policy`.
         """
         config = dict(config)
         loss_scale = config.pop("loss_scale", None)
@@ -109,15 +104,13 @@ def _as_policy(policy: keras.DTypePolicy) -> Policy:
 
 
 def set_policy(policy: Policy | keras.DTypePolicy | str | None) -> None:
-    """Sets the global dtype policy (TF 2.1-2.3's `set_policy`).
-
-    Layers created afterwards use it, and `model.compile` wraps a plain
-    optimizer in a loss scale optimizer with its loss scale.
+    """Sets the global dtype policy, which later layers and `model.compile`
+    use (TF 2.1-2.3's `set_policy`).
 
     Args:
         policy: A `Policy`, a Keras `DTypePolicy`, a policy name, or None
-            (back to `'float32'`). `'_infer'` also resets to `'float32'`:
-            Keras 3 layers need concrete dtypes.
+            (`'float32'`). `'_infer'` becomes `'float32'` too: Keras 3
+            layers need concrete dtypes.
 
     Raises:
         ValueError: For a policy that is not a float policy, or a value that
@@ -161,10 +154,9 @@ def _tf_keras_mixed_precision() -> Any:
 def global_policy() -> Policy:
     """Returns the global policy as a `Policy`.
 
-    Returns:
-        The policy given to `set_policy`, or the Keras global policy as a
-        `Policy` with its `'auto'` loss scale. On the legacy-Keras route,
-        a global policy set with tf_keras's own `set_global_policy` counts.
+    That is the policy given to `set_policy`, or Keras's global policy with
+    an `'auto'` loss scale. On the legacy-Keras route, tf_keras's own
+    `set_global_policy` counts too.
     """
     policy = _as_policy(keras.mixed_precision.global_policy())
     if compat.tf_keras_is_tf_keras():
@@ -176,12 +168,6 @@ def global_policy() -> Policy:
 
 def get_layer_policy(layer: keras.layers.Layer) -> Policy:
     """Returns the dtype policy of a Keras layer as a `Policy`.
-
-    Args:
-        layer: A Keras layer.
-
-    Returns:
-        The layer's policy.
 
     Raises:
         ValueError: If `layer` is not a Keras layer.

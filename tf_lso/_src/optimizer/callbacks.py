@@ -16,60 +16,49 @@ class LossScaleMonitor(keras.callbacks.Callback):
     """Adds the loss scale and the skipped-step count to the training logs.
 
     At the end of every epoch (and, with `update_freq=N`, every N batches) it
-    writes `loss_scale` (the current scale) and `skipped_steps` (steps skipped
-    for non-finite gradients since the optimizer was created) into the logs,
-    so they appear in `History.history` and in every callback after it, e.g.
-    `keras.callbacks.TensorBoard` (as `epoch_loss_scale`). Put it *before*
-    the TensorBoard callback in the list. Reading the values is one host
-    sync per epoch (or per N batches), never one per step. It also logs
-    `last_overflow_count`: how many gradients were not finite at the last
-    skipped step (0 before the first); `optimizer.last_overflow` names their
-    variables.
+    logs `loss_scale`, `skipped_steps` (steps skipped for non-finite
+    gradients so far), `last_overflow_count` (non-finite gradients at the
+    last skipped step; `optimizer.last_overflow` names their variables) and
+    `nonfinite_loss_steps` (steps skipped for a non-finite loss: a bug or
+    bad data, not an overflow). They reach `History.history` and every later
+    callback, so put it before `keras.callbacks.TensorBoard`. Each log costs
+    one host sync, never one per step. It works under a distribution
+    strategy too.
 
-    It warns once (UserWarning) when steps are still being skipped with the
-    loss scale at its floor of 1: lowering the scale cannot help then. (A
-    step skipped at a higher scale that halves it to 1 does not count.)
-    When the loss itself was not finite, the warning says so: the inputs
-    or the model are at fault, not the scale. It also logs
-    `nonfinite_loss_steps`: the steps skipped because the loss itself was
-    not finite (a bug or bad data, not an overflow).
+    It warns once (UserWarning) when steps are still skipped with the scale
+    at its floor of 1: lowering the scale cannot help then. A step that
+    halves the scale to 1 does not count. When the loss was not finite, the
+    warning blames the inputs or the model instead.
 
-    With `gradient_report_freq=N` it also reports, every N training
-    batches, how that batch's gradients sit in float16's range at the loss
-    scale (`tf_lso.GradientReport`; see `LossScaleOptimizer.gradient_report`):
-    `gradient_zero_share` and `gradient_below_normal_share` (over every
-    element of every gradient) and `gradient_headroom` (doublings left for
-    the largest) go into that batch's logs and into the epoch's (the last
-    report), and `last_gradient_report` keeps the per-variable values.
-
-    Every value works under a distribution strategy too.
+    With `gradient_report_freq=N`, every N-th batch reports how its
+    gradients sit in float16's range (`tf_lso.GradientReport`). Its
+    `gradient_zero_share`, `gradient_below_normal_share` and
+    `gradient_headroom` go into that batch's and the epoch's logs;
+    `last_gradient_report` keeps the per-variable values.
 
     Args:
         update_freq: `"epoch"` (default), or an int N to also log every N
             training batches.
-        max_consecutive_skips: None (default), or an int K >= 1: after more
-            than K steps in a row were skipped, training stops
-            (`model.stop_training`) at the end of that batch, with a message
-            naming the variables whose gradients were not finite (also kept
-            in `stop_reason`). Reads one scalar after every batch (the
-            overflow record too, after a batch that skipped a step). When
-            the loss itself was not finite at the last skipped step, the
-            message says that lowering the loss scale cannot help.
-        gradient_report_freq: None (default: off, nothing is added to the
-            training step), or an int N: report the gradients of every N-th
-            training batch. Turning it on retraces the training step; a
-            step then reads one flag, and a reported step computes the
-            report on device and reads it back once.
+        max_consecutive_skips: None (default), or an int K >= 1. After more
+            than K skipped steps in a row, training stops
+            (`model.stop_training`) at the end of that batch. The message
+            names the variables whose gradients were not finite, and says
+            when the loss itself was not finite; `stop_reason` keeps it.
+            Reads one scalar per batch, and the overflow record after a
+            skipped step.
         stop_on_nonfinite_loss: If True, training stops at the end of the
-            first batch whose step was skipped because the loss itself was
-            not finite (also under `jit_compile=True`, where the
-            optimizer's own option cannot raise). Reads one scalar after
-            every batch. Default False.
+            first batch skipped because the loss was not finite. Unlike the
+            optimizer's option, this works under `jit_compile=True`. Reads
+            one scalar per batch. Default False.
+        gradient_report_freq: None (default: off, the step is unchanged),
+            or an int N: report every N-th training batch. Turning it on
+            retraces the training step. A step then reads one flag, and a
+            reported step reads its report back once.
 
     Raises:
         ValueError: For an invalid `update_freq` or `max_consecutive_skips`,
-            or at the start of training if the model's optimizer is not a
-            tf_lso optimizer.
+            or, when training starts, a model whose optimizer is not
+            tf_lso's.
 
     >>> model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     >>> model.compile(tf_lso.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
@@ -120,8 +109,8 @@ class LossScaleMonitor(keras.callbacks.Callback):
         # `skipped_steps` at the last stuck check (None: check in full).
         self._skipped_at_last_check: int | None = None
 
-    # tf_keras's fit (the legacy-Keras route) calls its callbacks through
-    # these: a Keras 3 callback has none of them.
+    # tf_keras's fit (the legacy-Keras route) calls these; Keras 3's
+    # callbacks lack them.
     _supports_tf_logs = False
 
     def _implements_train_batch_hooks(self) -> bool:

@@ -1,36 +1,20 @@
-"""How a tf_lso optimizer appears in `tf.train.Checkpoint`s.
+"""How a tf_lso optimizer appears in `tf.train.Checkpoint`s and Keras files.
 
 tf_lso writes TF 2.3/2.4's layout: the optimizer node holds the inner
-optimizer's children and slot variables directly (as if it were the inner
-optimizer), plus `loss_scale/current_loss_scale` and `loss_scale/good_steps`,
-plus an empty `base_optimizer` child. So a tf_lso checkpoint restores into the
-bare inner optimizer, and the bare optimizer's checkpoint into tf_lso.
+optimizer's children and slots directly, plus `loss_scale/...` and an empty
+`base_optimizer`. So its checkpoints restore into the bare inner optimizer
+and into TF 2.4's classes, and theirs into tf_lso. It also restores TF 2.2's
+and Keras 3's `LossScaleOptimizer`'s layouts (table in docs/keras.md).
 
-It restores, besides its own checkpoints:
+`assert_consumed()` fails on any node one side lacks, so checkpoints leave
+out what TF 2.4 did not have: `skipped_steps` and the overflow record. Users
+who want `skipped_steps` add it as an entry of its own. SavedModels add
+`apply_step`, because a traced step captures those variables. Keras files
+have room for them (`LayoutCheckpointing.save_own_variables`). Gradient
+accumulation, which TF 2.4 lacked, adds `window_overflowed`: without it, a
+window restored mid-way after a non-finite call would be applied in part.
 
-* TF 2.3/2.4 (tf_keras) checkpoints, also into a Keras 3 inner optimizer:
-  legacy names (`iter`, `learning_rate`, slots such as `m`/`v`) are mapped to
-  the Keras 3 variables;
-* TF 2.2 checkpoints (`base_optimizer/...` plus `loss_scale/...`);
-* checkpoints of Keras 3's `LossScaleOptimizer` (`inner_optimizer/...`,
-  `dynamic_scale`, `step_counter`).
-
-SavedModels also hold `apply_step`: the variables that checkpoints leave out
-(`skipped_steps`, the overflow record) but a traced training step captures,
-which `tf.saved_model.save` must be able to track. Checkpoints leave them out
-because TF 2.4's layout has no room for them: `assert_consumed()` fails on
-any node or value one side has and the other lacks, so an extra child would
-stop tf_lso's checkpoints from restoring into TF 2.4's classes, and theirs
-into tf_lso. Users who want `skipped_steps` in a checkpoint add it as an entry
-of its own (`tf.train.Checkpoint(..., skipped_steps=opt.skipped_steps)`).
-Keras's own files (`.keras`, `.weights.h5`) have room: see
-`LayoutCheckpointing.save_own_variables`. One more child exists only with a
-Keras 3 inner optimizer's gradient accumulation, which TF 2.4 did not have:
-`window_overflowed`, without which a window restored mid-way after a
-non-finite call would be applied in part instead of dropped.
-
-The methods below implement TensorFlow's `Trackable` protocol; every call
-into another object's private tracking API goes through `compat`.
+Every call into another object's private tracking API goes through `compat`.
 """
 
 from __future__ import annotations
@@ -72,14 +56,8 @@ _KERAS_WRAPPER_ONLY = ("_iterations", "_learning_rate")
 class Layout:
     """The checkpoint node of a loss scale optimizer, in TF 2.3+'s layout.
 
-    `LayoutCheckpointing`'s `Trackable` methods forward here. Everything
-    that depends on the inner optimizer's kind is the `InnerOptimizer`'s.
-
-    Args:
-        inner: The `inner_optimizer.InnerOptimizer`.
-        loss_scale: The `LossScale`; saved under `loss_scale` if it has
-            variables.
-        step: The `apply_step.ApplyStep`; saved in SavedModels only.
+    `LayoutCheckpointing`'s `Trackable` methods forward here. `inner`, an
+    `InnerOptimizer`, handles what depends on the inner optimizer's kind.
     """
 
     def __init__(self, inner: inner_optimizer.InnerOptimizer,
@@ -93,45 +71,36 @@ class Layout:
 
     def children(self, save_type: str = "checkpoint",
                  **kwargs: Any) -> dict[str, Any]:
-        """`_trackable_children`: the inner's children plus the loss scale.
-
-        Nothing else in checkpoints, to keep TF 2.4's layout (see the module
-        docstring); SavedModels add `apply_step`.
-        """
+        """`_trackable_children`: the inner's children plus the loss scale
+        (see the module docstring)."""
         children = dict(self._inner.checkpoint_children(save_type, **kwargs))
         if self.loss_scale.variables:
             children[LOSS_SCALE] = self.loss_scale
         children[BASE_OPTIMIZER] = self._base_optimizer_view
         if self._step.window_overflowed is not None:
-            # Gradient accumulation (Keras 3 only: no TF 2.4 layout to keep).
             children[WINDOW_OVERFLOWED] = self._step.window_overflowed
         if compat.is_saved_model(save_type):
             children[APPLY_STEP] = self._step
         return children
 
     def file_state(self) -> list[tf.Variable]:
-        """What Keras's files hold of the optimizer itself, in order: the
-        loss scale's variables, then `skipped_steps`, then with gradient
-        accumulation `window_overflowed`."""
+        """The optimizer's own variables in Keras files, in order."""
         state = list(self.loss_scale.variables) + [self._step.skipped_steps]
         if self._step.window_overflowed is not None:
             state.append(self._step.window_overflowed)
         return state
 
     def inner_file_state(self) -> list[tf.Variable]:
-        """What Keras's files hold of the inner optimizer in the wrapper's
-        entry: its variables, unless Keras saves it itself."""
+        """The inner optimizer's variables, unless Keras saves it itself."""
         if self._inner.saved_by_keras:
             return []
         return list(self._inner.variables())
 
     def load_inner_variables(self, values: list[Any], owner: str) -> None:
-        """Loads what `inner_file_state` saved (`InnerOptimizer.
-        load_variables`)."""
+        """Loads what `inner_file_state` saved."""
         self._inner.load_variables(values, owner)
 
     def inner_variable_count(self) -> int:
-        """How many variables the inner optimizer has."""
         return len(self._inner.variables())
 
     def inner_kind(self) -> str:
@@ -170,16 +139,12 @@ class Layout:
 
 
 class LayoutCheckpointing:
-    """Base of `LossScaleOptimizer`: its checkpoint node is a `Layout`.
+    """Base of `LossScaleOptimizer`, whose checkpoint node is a `Layout`.
 
-    TensorFlow's checkpointing calls these private `Trackable` methods on
-    the object itself, so they must be overridden here (the one accepted
-    exception to keeping private APIs in compat.py). Subclasses set one
-    attribute, `_checkpoint` (a `Layout`), at the end of their constructor;
-    until then Keras tracks attributes the usual way.
-
-    The `super()` calls reach TensorFlow's `Trackable`, a base that comes
-    after this one in the optimizer's bases (mypy does not see it).
+    TensorFlow calls these private `Trackable` methods on the object itself,
+    so they are overridden here, outside compat.py. Until a subclass sets
+    `_checkpoint` (last in its constructor), they defer to `super()`:
+    TensorFlow's `Trackable`, a later base that mypy does not see.
     """
 
     name: str  # The optimizer's name: Keras's optimizer base defines it.
@@ -188,8 +153,7 @@ class LayoutCheckpointing:
         return self.__dict__.get("_checkpoint")
 
     def _built_layout(self) -> Layout:
-        """The `Layout`: Keras and TensorFlow call the methods that use this
-        only on a constructed optimizer, which has one."""
+        """The `Layout`; only a constructed optimizer's methods use it."""
         return cast(Layout, self._checkpoint_layout())
 
     def _trackable_children(self, save_type: str = "checkpoint",
@@ -223,21 +187,14 @@ class LayoutCheckpointing:
             slot_variable_position, slot_name, variable, **kwargs
         )
 
-    # `.keras` and `.weights.h5` files: Keras saves a Keras 3 inner
-    # optimizer itself (as `inner_optimizer`, its variables by position);
-    # the wrapper's own entry holds the loss scale state, then
-    # `skipped_steps`, then the inner optimizer's class name, and the
-    # variables of an inner optimizer that Keras does not save
-    # (`InnerOptimizer.saved_by_keras`). (tf.train.Checkpoints hold neither
-    # `skipped_steps` nor the class name: see `Layout.children`.)
+    # `.keras` and `.weights.h5` files. Keras saves a Keras 3 inner
+    # optimizer itself, its variables by position. The wrapper's entry
+    # holds `Layout.file_state`, the inner class name, and the variables of
+    # an inner optimizer that Keras does not save.
 
     def save_own_variables(self, store: MutableMapping[str, Any]) -> None:
         """Saves the loss scale state, `skipped_steps` and the inner
-        optimizer's class name (Keras files).
-
-        Args:
-            store: The dict-like store Keras passes.
-        """
+        optimizer's class name into Keras's `store`."""
         layout = self._built_layout()
         for i, variable in enumerate(layout.file_state()):
             store[str(i)] = variable.numpy()
@@ -248,28 +205,16 @@ class LayoutCheckpointing:
                                            np.uint8)
 
     def load_own_variables(self, store: MutableMapping[str, Any]) -> None:
-        """Loads what `save_own_variables` saved, or Keras 3's own class.
+        """Loads what `save_own_variables` saved, or Keras 3's class saved.
 
-        Files written before `skipped_steps` (or `window_overflowed`, or
-        the variables of an inner optimizer that Keras does not save) was
-        saved hold less; what they hold is loaded, the rest stays as it is.
-        The entry of Keras 3's `LossScaleOptimizer` (its layout:
-        `compat.keras_loss_scale_optimizer_file_state`) gives its dynamic
-        scale and counter.
-
-        Args:
-            store: The dict-like store Keras passes.
+        Older files hold less; what they hold is loaded, the rest stays.
 
         Raises:
             ValueError: If the file was written around another kind of inner
-                optimizer (Keras loads the inner optimizer's variables by
-                position, so they would land in the wrong places), or if a
-                value is out of range (a loss scale that is not positive and
-                finite in float32, a negative count): the file is damaged;
-                or if it holds another optimizer configuration's state (a
-                fixed scale's or a dynamic one's, with or without gradient
-                accumulation). Nothing of the loss scale state is loaded
-                then.
+                optimizer (its variables would land in the wrong places), or
+                by another configuration (fixed or dynamic scale, gradient
+                accumulation), or holds an out-of-range value (a damaged
+                file). Nothing of the loss scale state is loaded then.
         """
         layout = self._built_layout()
         keys = [key for key in store.keys()
@@ -296,8 +241,7 @@ class LayoutCheckpointing:
         self._load_inner_variables(layout, store)
         variables = layout.file_state()
         if len(layout.loss_scale.variables) <= len(keys) < len(variables):
-            # Older files: the loss scale state only, or no
-            # `window_overflowed` yet.
+            # Older files lack `skipped_steps` or `window_overflowed`.
             variables = variables[:len(keys)]
         if len(keys) != len(variables):
             names = ", ".join(v.name.split(":")[0] for v in variables)
@@ -317,9 +261,8 @@ class LayoutCheckpointing:
 
     def _load_keras_3_state(self, layout: Layout,
                             state: tuple[Any, Any]) -> None:
-        """Loads the entry of Keras 3's own LossScaleOptimizer: its dynamic
-        scale and counter (Keras loads the inner optimizer itself).
-        `skipped_steps`, which Keras 3 does not keep, stays as it is."""
+        """Loads Keras 3's LossScaleOptimizer's dynamic scale and counter;
+        Keras loads the inner optimizer itself."""
         variables: list[Any] = [getattr(layout.loss_scale, name, None)
                                 for name in _KERAS_STATE.values()]
         if any(variable is None for variable in variables):
@@ -338,8 +281,7 @@ class LayoutCheckpointing:
 
     def _load_inner_variables(self, layout: Layout,
                               store: MutableMapping[str, Any]) -> None:
-        """Loads the variables of an inner optimizer that Keras does not
-        save itself (`Layout.inner_file_state`), if the file has them."""
+        """Loads `Layout.inner_file_state`, if the file has it."""
         count = sum(key.startswith(_INNER_VARIABLE) for key in store.keys())
         if not count:
             return  # Older files, or Keras saves the inner optimizer.
@@ -351,10 +293,8 @@ class LayoutCheckpointing:
 
 def _checked(optimizer_name: str, variable: tf.Variable,
              value: Any) -> np.ndarray:
-    """`value` in `variable`'s dtype, if in range for it.
-
-    Every float in the saved state is a loss scale, every integer a count.
-    """
+    """`value` in `variable`'s dtype; raises if out of range (every float
+    saved is a loss scale, every integer a count)."""
     saved = np.asarray(value)
     with np.errstate(over="ignore", invalid="ignore"):
         value = saved.astype(variable.dtype.as_numpy_dtype)
@@ -376,12 +316,9 @@ def _checked(optimizer_name: str, variable: tf.Variable,
 
 
 class _InnerOptimizerView(compat.Trackable):
-    """Stands for the inner optimizer under a name older layouts used.
-
-    Under `base_optimizer` (TF 2.2) and `inner_optimizer` (Keras 3's
-    LossScaleOptimizer), it resolves names like the optimizer node itself.
-    It has no children of its own, so it adds nothing to saved checkpoints.
-    """
+    """The inner optimizer under an older layout's name: `base_optimizer`
+    (TF 2.2) or `inner_optimizer` (Keras 3). It has no children, so it adds
+    nothing to saved checkpoints."""
 
     def __init__(self, layout: Layout, keras_lso: bool = False) -> None:
         self._layout = layout
@@ -395,9 +332,9 @@ class _InnerOptimizerView(compat.Trackable):
                            cached_dependencies: Any = None) -> Any:
         child = self._layout.inner_child(name)
         if self._keras_lso and name in _KERAS_WRAPPER_ONLY and child is not None:
-            # The Keras 3 wrapper's own `_iterations`/`_learning_rate` (unused,
-            # 0) also resolve to these variables. Restores run breadth-first,
-            # so a second writer for this deeper path makes its value win.
+            # The Keras 3 wrapper's own unused `_iterations` and
+            # `_learning_rate` (0) resolve to the same variables. Restores
+            # run breadth-first, so writing again here makes this value win.
             return _Overwrite(child)
         return child
 

@@ -1,12 +1,9 @@
-"""The config formats of the loss scale optimizers, read in one place.
+"""The loss scale optimizers' two config formats. No other module spells
+their keys.
 
-`get_config()` writes TF 2.4's keys (`TF24_KEYS`: the inner optimizer and
-TF 2.4's settings, with `tf24_config`), or TF 2.1-2.3's (`TF23_KEYS`: the
-inner optimizer and a serialized loss scale, with `tf23_config`) for a loss
-scale that TF 2.4's arguments cannot describe; tf_lso's own settings and
-Keras 3's `name` are added only when set (`OPTIONAL_KEYS`). `read` checks a
-config and reads either format; nothing else spells the keys. The inner
-optimizer's config is read by its kind (`wrapping.deserialize`).
+`get_config()` writes TF 2.4's format (`tf24_config`). A loss scale that
+TF 2.4's arguments cannot describe gets TF 2.1-2.3's (`tf23_config`). Both
+add `OPTIONAL_KEYS` only when set. `read` checks a config of either format.
 """
 
 from __future__ import annotations
@@ -18,38 +15,24 @@ from tf_lso._src.optimizer import settings
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import serialization
 
-# The keys of TF 2.4's config: the inner optimizer's config, and TF 2.4's
-# settings (each optional).
+# TF 2.4's format: the inner optimizer, then optional settings.
 INNER_OPTIMIZER = "inner_optimizer"
 TF24_SETTINGS = ("dynamic", "initial_scale", "dynamic_growth_steps")
 TF24_KEYS = (INNER_OPTIMIZER, *TF24_SETTINGS)
-# The keys of TF <= 2.3's config: the inner optimizer's config, and the
-# serialized loss scale (both required).
+# TF 2.1-2.3's format: the inner optimizer and the loss scale, both required.
 TF23_OPTIMIZER = "optimizer"
 TF23_LOSS_SCALE = "loss_scale"
 TF23_KEYS = (TF23_OPTIMIZER, TF23_LOSS_SCALE)
-# Keys in either format's config only when set: Keras 3's `name`, and
-# tf_lso's own settings.
+# In either format, only when set: Keras 3's `name` and tf_lso's settings.
 OPTIONAL_KEYS = ("name", "max_consecutive_skips", "print_overflows",
                  "stop_on_nonfinite_loss")
 
 
 def checked_config(config: Any, class_name: str) -> dict[str, Any]:
-    """A copy of `config` after checking its keys.
-
-    Keras 3's base optimizer settings, which older Keras 3 configs hold, are
-    checked as the constructor checks them, and left out.
-
-    Args:
-        config: What `from_config` received.
-        class_name: The class being built, for messages.
-
-    Raises:
-        TypeError: If `config` is not a dict or has keys that are neither
-            TF 2.4's nor TF <= 2.3's (nor `OPTIONAL_KEYS`).
-        ValueError: If the optimizer key is missing, or for a base
-            optimizer setting that is not its default.
-    """
+    """Checks `config`'s keys; returns a copy without Keras 3's base optimizer
+    settings, which older configs hold and which are checked as the constructor
+    checks them. Raises TypeError for a non-dict or an unknown key, ValueError
+    for a missing optimizer key or a base setting off its default."""
     if not isinstance(config, dict):
         raise TypeError(
             f"{class_name}.from_config() needs a dict, as returned by "
@@ -81,25 +64,11 @@ def checked_config(config: Any, class_name: str) -> dict[str, Any]:
     return config
 
 
-def inner_optimizer_key(config: dict[str, Any]) -> str:
-    """The key of the inner optimizer's config in a config of either
-    format."""
-    return TF23_OPTIMIZER if TF23_OPTIMIZER in config else INNER_OPTIMIZER
-
-
 def optional_config(name: str | None, max_consecutive_skips: int | None,
                     print_overflows: bool, stop_on_nonfinite_loss: bool
                     ) -> dict[str, Any]:
-    """The config entries beyond TF's that are set (`OPTIONAL_KEYS`).
-
-    Unset ones are left out, so configs stay equal to TF's.
-
-    Args:
-        name: Keras 3's `name`, if one was passed (else None).
-        max_consecutive_skips: tf_lso's setting.
-        print_overflows: tf_lso's setting.
-        stop_on_nonfinite_loss: tf_lso's setting.
-    """
+    """The `OPTIONAL_KEYS` that are set; unset ones are left out, so that
+    configs stay equal to TF's."""
     values = (name, max_consecutive_skips, print_overflows or None,
               stop_on_nonfinite_loss or None)
     return {key: value for key, value in zip(OPTIONAL_KEYS, values)
@@ -129,13 +98,9 @@ def tf23_config(inner_config: Any, loss_scale: loss_scale_lib.LossScale,
 class OptimizerConfig(typing.NamedTuple):
     """A checked config of either format, as `read` returns it.
 
-    Attributes:
-        inner_optimizer: The serialized inner optimizer.
-        loss_scale: TF 2.1-2.3's format: its `LossScale` (deserialized);
-            TF 2.4's: None.
-        tf24_settings: TF 2.4's format: those of `dynamic`, `initial_scale`
-            and `dynamic_growth_steps` that it has; TF 2.1-2.3's: `{}`.
-        optional: The `OPTIONAL_KEYS` it has.
+    TF 2.1-2.3's format gives a deserialized `loss_scale` and
+    `tf24_settings={}`; TF 2.4's gives the `TF24_SETTINGS` it holds and
+    `loss_scale=None`. `optional` holds its `OPTIONAL_KEYS`.
     """
 
     inner_optimizer: Any
@@ -144,11 +109,8 @@ class OptimizerConfig(typing.NamedTuple):
     optional: dict
 
     def as_tf24_settings(self) -> dict[str, Any]:
-        """`tf24_settings`, or those of TF 2.1-2.3's loss scale.
-
-        Raises:
-            ValueError: If the loss scale has none (a custom `LossScale`).
-        """
+        """`tf24_settings`, or those of TF 2.1-2.3's loss scale; a custom
+        `LossScale` has none and raises a ValueError."""
         if self.loss_scale is None:
             return dict(self.tf24_settings)
         described = settings.describe(self.loss_scale)
@@ -161,10 +123,8 @@ class OptimizerConfig(typing.NamedTuple):
         return _tf24_settings(described)
 
     def as_loss_scale(self) -> loss_scale_lib.LossScale:
-        """TF 2.1-2.3's loss scale, or the one TF 2.4's settings make.
-
-        The settings are validated as the TF 2.4 constructor validates them.
-        """
+        """TF 2.1-2.3's loss scale, or the one TF 2.4's settings make
+        (validated as the constructor validates them)."""
         if self.loss_scale is not None:
             return self.loss_scale
         return settings.loss_scale_from_settings(**self.tf24_settings)
@@ -174,23 +134,17 @@ def read(config: Any, class_name: str = "LossScaleOptimizer",
          custom_objects: dict[str, Any] | None = None) -> OptimizerConfig:
     """Checks `config` (see `checked_config`) and reads either format.
 
-    Args:
-        config: What `from_config` received.
-        class_name: The class being built, for messages.
-        custom_objects: Custom classes for a TF 2.1-2.3 loss scale (TF
-            2.4's `from_config` passed none there).
-
-    Returns:
-        An `OptimizerConfig`.
+    `custom_objects` are custom classes for a TF 2.1-2.3 loss scale;
+    `class_name` is for messages.
 
     Raises:
-        TypeError, ValueError: See `checked_config`; also a ValueError for
-            a DynamicLossScale whose multiplier is not 2, or an unknown
-            loss scale class.
+        TypeError, ValueError: See `checked_config`. Also a ValueError for a
+            DynamicLossScale whose multiplier is not 2, or an unknown loss
+            scale class.
     """
     config = checked_config(config, class_name)
     optional = {k: config[k] for k in OPTIONAL_KEYS if k in config}
-    if TF23_OPTIMIZER in config:  # TF 2.1-2.3's format.
+    if TF23_OPTIMIZER in config:
         loss_scale = serialization.deserialize(config[TF23_LOSS_SCALE],
                                                custom_objects)
         settings.check_multiplier(loss_scale, "config")
@@ -203,11 +157,8 @@ def read(config: Any, class_name: str = "LossScaleOptimizer",
 
 def upgrade_legacy_config(config: Any, class_name: str = "LossScaleOptimizer"
                           ) -> dict[str, Any]:
-    """A config as TF 2.4's: TF 2.1-2.3's upgraded, TF 2.4's as it is.
-
-    Raises:
-        ValueError: For a TF 2.1-2.3 loss scale with no TF 2.4 settings.
-    """
+    """`config` in TF 2.4's format; a ValueError if its TF 2.1-2.3 loss
+    scale has no TF 2.4 settings."""
     read_config = read(config, class_name)
     return {INNER_OPTIMIZER: read_config.inner_optimizer,
             **read_config.as_tf24_settings(), **read_config.optional}

@@ -1,8 +1,7 @@
 """`tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)`.
 
-The `tf.keras.mixed_precision.experimental.LossScaleOptimizer` of TF 2.1-2.8:
-a subclass of `tf_lso.LossScaleOptimizer` that takes a loss scale (or an
-identifier for one) instead of the TF 2.4 arguments.
+It takes a loss scale where `tf_lso.LossScaleOptimizer` takes TF 2.4's
+settings; the rest it inherits.
 """
 
 from __future__ import annotations
@@ -37,26 +36,25 @@ def _to_loss_scale(loss_scale: Any) -> loss_scale_lib.LossScale:
     return converted
 
 
-def _tf23_arguments(optimizer: Any, loss_scale: Any, *,
-                    name: str | None = None,
-                    max_consecutive_skips: int | None = None,
-                    print_overflows: bool = False,
-                    stop_on_nonfinite_loss: bool = False) -> None:
-    """The arguments of `tf_lso.experimental.LossScaleOptimizer`: TF 2.1 to
-    2.3's, then tf_lso's keywords. Only its signature is used."""
-
-
-_SIGNATURE = inspect.signature(_tf23_arguments)
+_P = inspect.Parameter
+# TF 2.1-2.3's arguments, then tf_lso's keywords. `__init__` binds calls to
+# it, so that a call that does not fit names the public class.
+_SIGNATURE = inspect.Signature([
+    _P("optimizer", _P.POSITIONAL_OR_KEYWORD, annotation="Any"),
+    _P("loss_scale", _P.POSITIONAL_OR_KEYWORD, annotation="Any"),
+    _P("name", _P.KEYWORD_ONLY, default=None, annotation="str | None"),
+    _P("max_consecutive_skips", _P.KEYWORD_ONLY, default=None,
+       annotation="int | None"),
+    _P("print_overflows", _P.KEYWORD_ONLY, default=False, annotation="bool"),
+    _P("stop_on_nonfinite_loss", _P.KEYWORD_ONLY, default=False,
+       annotation="bool"),
+], return_annotation="None")
 
 
 def _arguments(args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of a call, defaults included, by name.
-
-    A call that does not fit the signature gets Python's TypeError, naming
-    TF 2.1-2.3's class (LossScaleOptimizer) and what to pass, not
-    LossScaleOptimizerV1.
-    """
+    """Binds a call to `_SIGNATURE`; a misfit raises a TypeError that names
+    the public class and what to pass."""
     try:
         bound = _SIGNATURE.bind_partial(*args, **kwargs)
     except TypeError as error:
@@ -89,24 +87,17 @@ _USAGE = ("tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale) "
 
 @keras.saving.register_keras_serializable(package="tf_lso")
 class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
-    """The TF 2.1-2.3 experimental loss scale optimizer.
+    """The TF 2.1-2.3 loss scale optimizer: a `tf_lso.LossScaleOptimizer`
+    that takes a loss scale.
 
-    Exported as `tf_lso.experimental.LossScaleOptimizer`. It behaves like
-    `tf_lso.LossScaleOptimizer` (of which it is a subclass), except that it
-    takes a loss scale and that `loss_scale` is that `LossScale` object: call
-    it (`opt.loss_scale()`) as TF 2.1-2.3 code does, or use it as a tensor as
-    TF 2.4 code does.
-
-    A `DynamicLossScale` that is passed in is used, not copied: its variables
-    are the optimizer's loss scale state.
+    Its `loss_scale` is that `LossScale` object: call it or use it as a
+    tensor. A `DynamicLossScale` you pass in is used, not copied.
 
     Args:
         optimizer: The optimizer to wrap (see `tf_lso.LossScaleOptimizer`).
-        loss_scale: `'dynamic'`, a positive int or float (a fixed scale), a
-            `FixedLossScale`, a `DynamicLossScale` with multiplier 2, any
-            other `LossScale` subclass instance, a dict from `serialize`, or
-            one of TensorFlow's deprecated `tf.compat.v1.mixed_precision` loss
-            scales (converted).
+        loss_scale: `'dynamic'`, a positive number (a fixed scale), a
+            `LossScale` (a `DynamicLossScale` needs multiplier 2), a dict
+            from `serialize`, or a `tf.compat.v1.mixed_precision` loss scale.
         name: See `tf_lso.LossScaleOptimizer`.
         max_consecutive_skips: See `tf_lso.LossScaleOptimizer`.
         print_overflows: See `tf_lso.LossScaleOptimizer`.
@@ -114,9 +105,8 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
 
     Raises:
         TypeError: If `optimizer` is not a supported optimizer.
-        ValueError: If `loss_scale` is None, an unknown string, not positive,
-            or a `DynamicLossScale` whose multiplier is not 2, or if another
-            loss scale optimizer wraps `optimizer` already.
+        ValueError: For an invalid `loss_scale`, or an `optimizer` that
+            another loss scale optimizer wraps already.
 
     >>> opt = tf_lso.experimental.LossScaleOptimizer(
     ...     tf.keras.optimizers.SGD(1.0), loss_scale="dynamic")
@@ -131,8 +121,6 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
     _public_name = "tf_lso.experimental.LossScaleOptimizer"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # The arguments of `_tf23_arguments`, checked there, so that a call
-        # that does not fit them names the public class.
         arguments = _arguments(args, kwargs)
         inner = wrapping.wrap(arguments["optimizer"], "optimizer")
         replicas.check_strategy_supported()
@@ -144,9 +132,8 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
 
     # What `inspect.signature` and `help` show.
     __init__.__signature__ = _SIGNATURE.replace(  # type: ignore[attr-defined]
-        parameters=[inspect.Parameter(
-            "self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-            *_SIGNATURE.parameters.values()])
+        parameters=[_P("self", _P.POSITIONAL_OR_KEYWORD),
+                    *_SIGNATURE.parameters.values()])
 
     @property
     def loss_scale(self) -> loss_scale_lib.LossScale:
@@ -155,12 +142,11 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
         return self._loss_scale
 
     def get_config(self) -> dict[str, Any]:
-        """Returns the TF 2.4 config, or TF 2.3's for a custom loss scale.
+        """Returns the TF 2.4 config, or TF 2.1-2.3's for a custom loss scale.
 
         Returns:
-            The TF 2.4 four-key config when the loss scale is a
-            `FixedLossScale` or a `DynamicLossScale`; otherwise
-            `{'optimizer', 'loss_scale'}` as TF 2.1-2.3 wrote it.
+            TF 2.4's four keys for a `FixedLossScale` or `DynamicLossScale`;
+            else `{'optimizer', 'loss_scale'}`, as TF 2.1-2.3 wrote it.
         """
         if settings_lib.describe(self._loss_scale) is None:
             return optimizer_config.tf23_config(
@@ -178,9 +164,6 @@ class LossScaleOptimizerV1(lso_lib.LossScaleOptimizer):
             config: The output of `get_config()`.
             custom_objects: Optional dict of custom classes, for the inner
                 optimizer and (TF <= 2.3 format) the loss scale.
-
-        Returns:
-            A new optimizer.
 
         Raises:
             TypeError: If `config` is not a dict, has unknown keys, or has a

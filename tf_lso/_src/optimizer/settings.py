@@ -1,9 +1,8 @@
-"""TF 2.4's `LossScaleOptimizer` arguments: checks, and the loss scale they make.
+"""TF 2.4's `LossScaleOptimizer` arguments: their checks and loss scales.
 
 `dynamic`, `initial_scale` and `dynamic_growth_steps` describe a
-`FixedLossScale` or a `DynamicLossScale` with multiplier 2: `describe` is
-the one place that decides which loss scales they can describe (from the
-loss scale's `rule`). Keras 3's base optimizer keywords are checked here too.
+`FixedLossScale` or a `DynamicLossScale` with multiplier 2. Only `describe`
+decides which loss scales they fit.
 """
 
 from __future__ import annotations
@@ -16,22 +15,15 @@ import tensorflow as tf
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import validation
 
-# The one multiplier TF 2.4's arguments describe (`dynamic=True` doubles
-# and halves the scale).
+# `dynamic=True` doubles and halves the scale.
 TF24_MULTIPLIER = 2.0
 
 
 class OptimizerSettings(typing.NamedTuple):
     """A loss scale as TF 2.4's optimizer arguments describe it.
 
-    Attributes:
-        dynamic: Whether the scale changes during training.
-        initial_scale: The initial (for a fixed scale: the only) value.
-        growth_steps: Finite steps between increases; None when fixed.
-        counter: The int64 variable counting finite steps; None when fixed.
-
-    A loss scale that these arguments cannot describe has none (`describe`
-    returns None); an optimizer then reports None for all four.
+    `growth_steps` (finite steps between increases) and `counter` (the int64
+    variable counting them) are None for a fixed scale.
     """
 
     dynamic: bool | None
@@ -44,12 +36,9 @@ NO_SETTINGS = OptimizerSettings(None, None, None, None)
 
 
 def describe(loss_scale: loss_scale_lib.LossScale) -> OptimizerSettings | None:
-    """TF 2.4's arguments for `loss_scale`, or None if they cannot say it.
-
-    Only a `FixedLossScale` and a `DynamicLossScale` whose multiplier is 2
-    (`TF24_MULTIPLIER`) have them; a user's subclass has none, even one
-    with a rule.
-    """
+    """TF 2.4's arguments for `loss_scale`, or None if they cannot say it: only
+    a `FixedLossScale` and a `DynamicLossScale` with multiplier 2 have them,
+    not a user's subclass."""
     if isinstance(loss_scale, loss_scale_lib.FixedLossScale):
         return OptimizerSettings(
             False, loss_scale.get_config()["loss_scale_value"], None, None)
@@ -61,9 +50,8 @@ def describe(loss_scale: loss_scale_lib.LossScale) -> OptimizerSettings | None:
                                  loss_scale.good_steps)
     return None
 
-# Keras 3's base optimizer arguments, which belong to the inner optimizer,
-# with the values that Keras 3's LossScaleOptimizer still accepts (its
-# Keras 3.0-3.3 configs hold them).
+# Keras 3's base optimizer arguments, which belong to the inner optimizer.
+# Keras 3.0-3.3 configs hold them, so these values are still accepted.
 KERAS_BASE_DEFAULTS = {
     "weight_decay": None,
     "clipnorm": None,
@@ -78,12 +66,8 @@ KERAS_BASE_DEFAULTS = {
 
 
 def check_dynamic(dynamic: Any) -> None:
-    """Raises TF 2.4's TypeError unless `dynamic` is a bool.
-
-    It catches TF 2.1-2.3 code that passes a loss scale as the second
-    argument of the TF 2.4 constructor, and Keras 3 code that passes its
-    initial scale there.
-    """
+    """Raises TF 2.4's TypeError unless `dynamic` is a bool. It catches a loss
+    scale (TF 2.1-2.3) or an initial scale (Keras 3) passed second."""
     if not isinstance(dynamic, bool):
         raise TypeError(
             '"dynamic" argument to LossScaleOptimizer.__init__ must be a '
@@ -99,17 +83,12 @@ def check_keras_keywords(kwargs: dict[str, Any],
                          class_name: str = "LossScaleOptimizer") -> None:
     """Raises Keras 3's ValueError for keywords a loss scale optimizer lacks.
 
-    Keras 3's base optimizer arguments are accepted at their defaults only
-    (`KERAS_BASE_DEFAULTS`); anything else is refused by name.
-
-    Args:
-        kwargs: The keywords beyond the constructor's own.
-        class_name: For messages.
+    `kwargs` are the keywords beyond the constructor's own. Keras 3's base
+    optimizer arguments pass at their defaults only.
 
     Raises:
-        ValueError: For a base optimizer argument with another value, or
-            `learning_rate` (set them on the inner optimizer), or an
-            unknown keyword.
+        ValueError: For `learning_rate`, a base optimizer argument off its
+            default, or an unknown keyword.
     """
     for name, value in kwargs.items():
         if name == "learning_rate":  # The inner optimizer's, at any value.
@@ -146,17 +125,14 @@ def loss_scale_from_settings(
     dynamic: Any = True, initial_scale: Any = None,
     dynamic_growth_steps: Any = None,
 ) -> loss_scale_lib.FixedLossScale | loss_scale_lib.DynamicLossScale:
-    """The loss scale for TF 2.4's constructor arguments, validated.
+    """The `DynamicLossScale` (multiplier 2) or `FixedLossScale` for TF
+    2.4's constructor arguments, validated.
 
     Args:
         dynamic: Whether the scale is dynamic; must be a bool.
-        initial_scale: The initial scale, or None for the default (dynamic
-            only).
-        dynamic_growth_steps: The growth period, or None for the default;
-            must be None when `dynamic` is False.
-
-    Returns:
-        A `DynamicLossScale` (multiplier 2) or a `FixedLossScale`.
+        initial_scale: The initial scale; None for the default (dynamic only).
+        dynamic_growth_steps: The growth period; None for the default. Must
+            be None when `dynamic` is False.
 
     Raises:
         TypeError: If `dynamic` is not a bool or a value is not a number.
@@ -194,19 +170,8 @@ def loss_scale_from_settings(
 
 def check_multiplier(loss_scale: loss_scale_lib.LossScale,
                      source: str) -> None:
-    """Rejects a DynamicLossScale that TF 2.4's arguments cannot describe.
-
-    Its multiplier is then not 2 (`describe` decides); other loss scales
-    pass.
-
-    Args:
-        loss_scale: A `LossScale`.
-        source: `'argument'` (passed to the TF 2.1-2.3 constructor) or
-            `'config'` (deserialized); TF's message differs.
-
-    Raises:
-        ValueError: With TF's message for `source`.
-    """
+    """Raises a ValueError for a DynamicLossScale whose multiplier is not 2,
+    with TF's message for `source` (`'argument'` or `'config'`)."""
     if (
         not isinstance(loss_scale, loss_scale_lib.DynamicLossScale)
         or describe(loss_scale) is not None

@@ -1,8 +1,5 @@
-"""`get`, `serialize` and `deserialize` for loss scales.
-
-Also converts TensorFlow's own deprecated `tf.compat.v1.mixed_precision` loss
-scale objects into tf_lso ones.
-"""
+"""`get`, `serialize` and `deserialize` for loss scales, and the conversion
+of TensorFlow's deprecated `tf.compat.v1.mixed_precision` loss scales."""
 
 from __future__ import annotations
 
@@ -22,10 +19,7 @@ _BUILTIN_CLASSES = {
 
 
 def serialize(loss_scale: loss_scale_lib.LossScale) -> dict[str, Any]:
-    """Serializes a loss scale into a Keras-style dict.
-
-    Args:
-        loss_scale: A `LossScale`.
+    """Serializes a `LossScale` into a Keras-style dict.
 
     Returns:
         `{'class_name': <class name>, 'config': loss_scale.get_config()}`.
@@ -42,20 +36,16 @@ def serialize(loss_scale: loss_scale_lib.LossScale) -> dict[str, Any]:
 def deserialize(
     config: dict[str, Any], custom_objects: dict | None = None
 ) -> loss_scale_lib.LossScale:
-    """Creates a loss scale from the output of `serialize`.
+    """Creates a new `LossScale` from the output of `serialize`.
 
     Args:
-        config: A dict with the keys `class_name` and `config` (other keys
-            that newer Keras serializers add are ignored).
-        custom_objects: An optional dict mapping class names to `LossScale`
-            subclasses of your own.
-
-    Returns:
-        A new `LossScale`.
+        config: A dict with the keys `class_name` and `config`; other keys
+            are ignored.
+        custom_objects: An optional dict from class names to your own
+            `LossScale` subclasses.
 
     Raises:
-        ValueError: If `config` is not in that format or names an unknown
-            class.
+        ValueError: For another format or an unknown class.
 
     >>> tf_lso.experimental.deserialize({
     ...     "class_name": "DynamicLossScale",
@@ -91,10 +81,10 @@ def get(identifier: Any) -> loss_scale_lib.LossScale | None:
     """Turns a loss scale identifier into a `LossScale`.
 
     Args:
-        identifier: A Python int or float (a `FixedLossScale`), the string
-            `'dynamic'` (a `DynamicLossScale` with default arguments), a
-            `LossScale` (returned as is), a dict from `serialize`, a
-            `tf.compat.v1.mixed_precision` loss scale (converted), or None.
+        identifier: A Python int or float (a `FixedLossScale`), `'dynamic'`
+            (a default `DynamicLossScale`), a `LossScale` (returned as is), a
+            dict from `serialize`, a `tf.compat.v1.mixed_precision` loss
+            scale (converted), or None.
 
     Returns:
         A `LossScale`, or None if `identifier` is None.
@@ -123,18 +113,10 @@ def fixed_loss_scale(
 ) -> loss_scale_lib.FixedLossScale | None:
     """The fixed loss scale a number stands for; None if it is no number.
 
-    The one place that says which numbers are fixed loss scales. For TF's
-    loss scale API (`get`, `FixedLossScale`), a Python int or float of at
-    least 1; for TF 2.4's optimizer arguments and the TF 2.1-2.3 optimizer's
-    `loss_scale`, any positive number that is finite as a float32, below 1
-    too (TF accepted both, each its own way).
-
-    Args:
-        number: The value to interpret.
-        tf24_arguments: Whether the optimizer's rule applies.
-
-    Raises:
-        TypeError, ValueError: For a number out of range.
+    The one place that says which numbers are fixed loss scales: a Python
+    number of at least 1 for `get` and `FixedLossScale`, and any positive
+    number finite in float32 for the optimizers (`tf24_arguments=True`), as TF
+    had it. Raises TypeError or ValueError out of range.
     """
     if tf24_arguments:
         if validation.is_number(number):
@@ -149,17 +131,11 @@ def fixed_loss_scale(
 def interpret(
     identifier: Any, fixed: Callable[[Any], loss_scale_lib.LossScale | None]
 ) -> loss_scale_lib.LossScale | None:
-    """The one parser of loss scale identifiers; None if there is none.
+    """The one parser of loss scale identifiers (see `get`); None if
+    `identifier` is none.
 
-    Args:
-        identifier: A dict from `serialize`, the string `'dynamic'`, a
-            `LossScale` (returned as is), a `tf.compat.v1.mixed_precision`
-            loss scale (converted), or whatever `fixed` accepts.
-        fixed: Returns a fixed loss scale for a number, or None for values
-            it does not take (callers differ on which numbers they accept).
-
-    Returns:
-        A `LossScale`, or None if `identifier` is none of those.
+    `fixed` turns a number into a fixed loss scale, or returns None: callers
+    differ on which numbers they take.
     """
     if isinstance(identifier, dict):
         return deserialize(identifier)
@@ -174,26 +150,15 @@ def interpret(
 
 
 def is_tensorflow_loss_scale(value: Any) -> bool:
-    """True for TF's deprecated `tf.compat.v1.mixed_precision.LossScale`s.
-
-    Not for tf_lso's, which are registered as their virtual subclasses.
-    """
+    """True for TF's deprecated `tf.compat.v1.mixed_precision.LossScale`s,
+    not for tf_lso's (registered as their virtual subclasses)."""
     return isinstance(value, tf.compat.v1.mixed_precision.LossScale) and (
         not isinstance(value, loss_scale_lib.LossScale))
 
 
 def from_tensorflow_loss_scale(value: Any) -> loss_scale_lib.LossScale:
-    """Converts one of TF's deprecated loss scales into a tf_lso one.
-
-    Configuration, current scale and counter are copied; from then on the
-    two objects are independent.
-
-    Args:
-        value: A `tf.compat.v1.mixed_precision.FixedLossScale` or
-            `DynamicLossScale`.
-
-    Returns:
-        The equivalent `FixedLossScale` or `DynamicLossScale`.
+    """Copies a `tf.compat.v1.mixed_precision` Fixed or DynamicLossScale
+    (configuration, scale, counter) into a tf_lso one.
 
     Raises:
         TypeError: For any other TF loss scale class.

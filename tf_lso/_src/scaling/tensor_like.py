@@ -1,10 +1,8 @@
 """Objects that stand where TF 2.x code used a scalar tensor.
 
-`LossScale` objects (TF 2.1-2.3 code calls them, TF 2.4 code uses the
-optimizer's `loss_scale` as a tensor) and the learning rate of an optimizer
-with a schedule (`inner_optimizer.ScheduledLearningRate`: TF 2.x code
-calls it with a step, Keras 3 code uses it as a value) are both: callable,
-and readable as their current value.
+`LossScale` objects and `inner_optimizer.ScheduledLearningRate` are
+callable, as older code uses them, and read as their current value, as newer
+code does.
 """
 
 from __future__ import annotations

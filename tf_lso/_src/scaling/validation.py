@@ -1,12 +1,8 @@
-"""Checks of the numbers users pass to loss scales and loss scale optimizers.
+"""Checks of the numbers users pass to loss scales and their optimizers.
 
-What counts as a number is decided here, and only here: `is_number` (any
-real number but a bool), `is_python_number` (TF's loss scale classes' rule)
-and `is_scalar_number` (a config value, tensors included).
-
-A loss scale lives in a float32 variable, so a scale is judged by its
-float32 value: `1e39` is infinite there and `1e-50` is zero, though both are
-fine Python floats. Step counts are compared with an int64 counter.
+Only this module decides what counts as a number. A scale lives in a float32
+variable, so it is judged by its float32 value: `1e39` is infinite there and
+`1e-50` is zero. Step counts must fit an int64 counter.
 """
 
 from __future__ import annotations
@@ -30,16 +26,14 @@ def is_number(value: object) -> bool:
 
 
 def is_python_number(value: object) -> bool:
-    """Whether `value` is a Python int or float: TF's loss scale classes'
-    rule (`FixedLossScale(...)`, `get(...)`), which lets bools through as
-    TF did."""
+    """Whether `value` is a Python int or float (bools too, as TF's loss
+    scale classes allowed)."""
     return isinstance(value, (int, float))
 
 
 def is_scalar_number(value: object) -> bool:
-    """Whether `value` is a numeric scalar: Python and NumPy scalars, 0-d
-    arrays and eager tensors alike (a tf_keras legacy config holds the
-    values of its variables); not bools."""
+    """Whether `value` is a numeric scalar, not a bool: Python or NumPy
+    scalars, 0-d arrays, eager tensors (as tf_keras legacy configs hold)."""
     try:
         array = np.asarray(value)
     except (TypeError, ValueError):
@@ -59,11 +53,8 @@ def _number(value: Any, name: str) -> float:
 def scale(value: Any, name: str, minimum: float = SMALLEST_SCALE) -> float:
     """Returns `value` as a Python float if its float32 is a usable scale.
 
-    Args:
-        value: The number passed by the user.
-        name: The argument's name, for messages.
-        minimum: The smallest accepted float32 value: 1 where TF required a
-            scale of at least 1, else the smallest normal float32.
+    `minimum` is the smallest accepted float32 value: 1 where TF required
+    it, else the smallest normal float32. `name` is for messages.
 
     Raises:
         TypeError: If `value` is not a number.
@@ -85,20 +76,13 @@ def scale(value: Any, name: str, minimum: float = SMALLEST_SCALE) -> float:
 
 
 def integer(value: Any, name: str, minimum: int = 1) -> int:
-    """Returns `value` as an int: ints, and floats with an integral value.
-
-    TF 2.4 passed values such as `dynamic_growth_steps=2.0` through `int()`,
-    and its own tests relied on that.
-
-    Args:
-        value: The number passed by the user.
-        name: The argument's name, for messages.
-        minimum: The smallest accepted value.
+    """Returns `value` as an int: ints, and integral floats such as 2.0
+    (TF 2.4's tests passed `dynamic_growth_steps=2.0`). `name` is for
+    messages.
 
     Raises:
         TypeError: If `value` is not a number.
-        ValueError: If it is NaN, infinite, not integral, below `minimum` or
-            above the int64 maximum.
+        ValueError: If it is not integral, below `minimum` or above int64.
     """
     if not is_number(value):
         raise TypeError(
