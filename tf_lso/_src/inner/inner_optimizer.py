@@ -3,8 +3,8 @@
 `InnerOptimizer` is what a loss scale optimizer needs from the optimizer it
 wraps. Each kind is a subclass, in its own module in `kinds/`. It covers
 its optimizers' whole life: which optimizers and configs are its own,
-build, apply, skip, slots, checkpoints and configs. `wrapping` picks the
-kind, so `LossScaleOptimizer` never asks which kind it holds.
+build, apply, skip, slots and checkpoints. `wrapping` picks the kind, so
+`LossScaleOptimizer` never asks which kind it holds.
 `ScheduledLearningRate` is the learning rate when it follows a schedule.
 """
 
