@@ -2,6 +2,8 @@
 
 import abc
 import pathlib
+import re
+import sys
 from unittest import mock
 
 import keras
@@ -12,7 +14,7 @@ from absl.testing import parameterized
 import tf_lso
 from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.inner import wrapping
-from tf_lso._src.inner.kinds import keras_optimizer
+from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 from tf_lso._src.scaling import tensor_like
 
@@ -321,6 +323,52 @@ def _clipping(kind, with_kwargs=True):
     return (ClippingSGD if with_kwargs else FirstClippingSGD)(1.0)
 
 
+class TfKerasClassTest(tf.test.TestCase, parameterized.TestCase):
+    """Around a tf_keras optimizer the wrapper is a tf_keras one too."""
+
+    @parameterized.product(kind=inner_kinds.TF_KERAS_NAMES,
+                           experimental=[False, True])
+    def test_what_users_read_names_the_class_they_made(self, kind,
+                                                        experimental):
+        inner = inner_kinds.sgd(kind, 1.0)
+        if experimental:
+            public = tf_lso.experimental.LossScaleOptimizer
+            name = "tf_lso.experimental.LossScaleOptimizer"
+            opt = public(inner, "dynamic")
+        else:
+            public, name = tf_lso.LossScaleOptimizer, "tf_lso.LossScaleOptimizer"
+            opt = public(inner)
+        self.assertIsInstance(opt, public)
+        self.assertIsInstance(opt, tf_keras.mixed_precision.LossScaleOptimizer)
+        self.assertEqual(repr(type(opt)), repr(public))
+        self.assertTrue(repr(opt).startswith(f"<{name} object at "),
+                        repr(opt))
+        with self.assertRaisesRegex(
+                AttributeError,
+                f"^'{re.escape(name)}' object has no attribute 'nesterov'"):
+            opt.nesterov  # noqa: B018 - the attribute read is the test.
+
+    @parameterized.parameters(False, True)
+    def test_an_unknown_class_layout_is_an_error_naming_the_version(
+            self, legacy):
+        # A tf_keras release that put another package's class between its
+        # optimizer classes: Keras 3's attributes could not all be put
+        # first, and the wrapper would silently be a different optimizer.
+        optimizers = tf_keras.optimizers.legacy if legacy else (
+            tf_keras.optimizers)
+
+        class Foreign(optimizers.Optimizer):
+            """Not tf_keras's own."""
+
+        version = sys.modules["tf_keras"].__version__
+        make = tf_keras_kinds.tf_keras_class.__wrapped__  # Not the cache.
+        with mock.patch.object(optimizers, "Optimizer", Foreign):
+            with self.assertRaisesRegex(
+                    RuntimeError,
+                    f"tf_keras {re.escape(version)} lays out"):
+                make(tf_lso.LossScaleOptimizer, legacy=legacy)
+
+
 class NameArgumentTest(tf.test.TestCase, parameterized.TestCase):
     """TF 2.2-2.4 passed `apply_gradients`' `name` to the inner optimizer's
     as its second positional argument, and each replica's gradients
@@ -436,6 +484,8 @@ class ToyOptimizer(tf.Module):
 class ToyKind(inner_lib.InnerOptimizer):
     """A whole kind in one class, as a new module in kinds/ would hold it."""
 
+    optimizer_class = "ToyOptimizer"
+    noun = "a toy optimizer"
     # Its `apply` returns the op that runs the update (see `apply`).
     runs_in_v1_graph = True
 
@@ -487,52 +537,9 @@ def test_the_kinds_table_is_the_registry():
     assert set(tabled) - registered == set(), "in the table, not registered"
 
 
-class FancySGD(keras.optimizers.SGD):
-    """A Keras 3 optimizer subclass, with a kind of its own below."""
-
-
-class FancyKind(keras_optimizer.KerasInner):
-    """A kind for a subclass of a kind's optimizers: listed before it."""
-
-    @classmethod
-    def accepts(cls, optimizer):
-        return isinstance(optimizer, FancySGD)
-
-    @classmethod
-    def reads_config(cls, config):
-        return config.get("class_name") == "FancySGD"
-
-    @classmethod
-    def deserialize(cls, config, custom_objects=None):
-        return FancySGD.from_config(config["config"])
-
-
 def _kinds(kinds):
     """`wrapping.KINDS` is `kinds` in the block."""
     return mock.patch.object(wrapping, "KINDS", tuple(kinds))
-
-
-class PrecedenceTest(tf.test.TestCase):
-    """The first kind in `wrapping.KINDS` that takes an optimizer wins."""
-
-    def test_a_kind_for_a_subclass_wins(self):
-        with _kinds((FancyKind, *wrapping.KINDS)):
-            order = wrapping.KINDS
-            self.assertLess(order.index(FancyKind),
-                            order.index(keras_optimizer.KerasInner))
-            self.assertIs(wrapping.kind_of(FancySGD()), FancyKind)
-            self.assertIs(wrapping.kind_of(keras.optimizers.SGD()),
-                          keras_optimizer.KerasInner)
-            opt = tf_lso.LossScaleOptimizer(FancySGD(0.5))
-            self.assertIsInstance(opt._inner, FancyKind)
-            config = opt.get_config()
-            restored = tf_lso.LossScaleOptimizer.from_config(config)
-            self.assertIsInstance(restored.inner_optimizer, FancySGD)
-            self.assertIsInstance(restored._inner, FancyKind)
-            # The last resort reads what no other kind reads.
-            plain = tf_lso.LossScaleOptimizer.from_config(
-                tf_lso.LossScaleOptimizer(keras.optimizers.SGD()).get_config())
-            self.assertIsInstance(plain._inner, keras_optimizer.KerasInner)
 
 
 class NewKindTest(tf.test.TestCase, parameterized.TestCase):
@@ -549,18 +556,21 @@ class NewKindTest(tf.test.TestCase, parameterized.TestCase):
             with self.assertRaisesRegex(TypeError, "must be an instance of"):
                 tf_lso.LossScaleOptimizer(ToyOptimizer(0.5))
         with self.assertRaisesRegex(TypeError, r"legacy optimizer\) or "
-                                    r"ToyKind, but got: 1 of type int"):
+                                    r"ToyOptimizer \(a toy optimizer\), "
+                                    r"but got: 1 of type int"):
             tf_lso.LossScaleOptimizer(1)
 
     def test_messages_that_list_kinds_list_it(self):
         with self.assertRaisesRegex(ValueError, r"and wraps .*legacy "
-                                    r"optimizer\) or ToyKind\."):
+                                    r"optimizer\) or ToyOptimizer \(a toy "
+                                    r"optimizer\)\."):
             tf_lso.experimental.enable_mixed_precision_graph_rewrite(1)
         with tf.Graph().as_default():
             opt = tf_lso.LossScaleOptimizer(keras.optimizers.SGD())
             with self.assertRaisesRegex(
                     RuntimeError, r"must be a tf_keras legacy optimizer "
-                    r"\(`tf_keras.optimizers.legacy.Optimizer`\) or ToyKind: "):
+                    r"\(`tf_keras.optimizers.legacy.Optimizer`\) or a toy "
+                    r"optimizer \(ToyOptimizer\): "):
                 opt.apply_gradients([(tf.constant(1.0), tf.Variable(1.0))])
 
     @test_util.EAGER_AND_FUNCTION

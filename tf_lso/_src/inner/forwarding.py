@@ -1,15 +1,10 @@
 """The inner optimizer's attributes, read and written through the wrapper.
 
 `InnerOptimizerForwarding` is the base of `LossScaleOptimizer`. Explicit
-properties forward what every optimizer has (learning rate, clipping,
-iterations, variables, slots). The inner optimizer's hyperparameters are
-forwarded too: the names in `_forwarded_names`, a frozenset built once, when the
-inner optimizer is wrapped (`start_forwarding`): the numeric entries of its
-`get_config()` (Adam's `beta_1`, `epsilon`, ...), as TF 2.4 forwarded its
-`_hyper` dict (a tf_keras legacy optimizer's own `_hyper` keys); flags such
-as SGD's `nesterov` are not.
-Anything else is the wrapper's own; `__getattr__` is there for the
-hyperparameters and for an AttributeError that names the inner optimizer.
+properties forward what every optimizer has: learning rate, clipping,
+iterations, variables, slots. The inner optimizer's hyperparameters
+(Adam's `beta_1`, `epsilon`, ...) are forwarded by name. Flags such as
+SGD's `nesterov` are not. Any other attribute is the wrapper's own.
 """
 
 from __future__ import annotations
@@ -30,8 +25,8 @@ class _CallableList(list):
 
 
 def _set_on_inner(wrapper: Any, name: str, value: Any) -> None:
-    # Keras's base constructor assigns its own defaults (clipnorm=None,
-    # ...) before the inner optimizer is set; those must not reach it.
+    # Keras's constructor assigns its defaults (clipnorm=None, ...) before
+    # the inner optimizer is set. They must not reach it.
     if _is_wrapping(wrapper):
         setattr(wrapper.inner_optimizer, name, value)
 
@@ -54,12 +49,10 @@ def _is_wrapping(wrapper: Any) -> bool:
 
 def start_forwarding(wrapper: InnerOptimizerForwarding,
                      inner: inner_optimizer.InnerOptimizer) -> None:
-    """Makes `wrapper` wrap `inner`: from now on its attributes read through.
+    """Makes `wrapper` wrap `inner`. From now on its attributes read through.
 
-    Called by the subclass once Keras's constructor has run. Builds
-    `_forwarded_names` from `inner`, then sets `_inner`, last (Keras's
-    constructor assigns defaults before, which must not reach the inner
-    optimizer).
+    The subclass calls it after Keras's constructor, whose defaults must
+    not reach the inner optimizer.
     """
     wrapper.__dict__["_forwarded_names"] = frozenset(
         name for name in inner.hyperparameter_names()
@@ -70,16 +63,14 @@ def start_forwarding(wrapper: InnerOptimizerForwarding,
 class InnerOptimizerForwarding:
     """A Keras optimizer whose optimizer state is another optimizer's.
 
-    Subclasses call `start_forwarding(self, inner)` with an
-    `inner_optimizer.InnerOptimizer` after Keras's constructor has run;
-    forwarding starts then.
+    Forwarding starts when the subclass calls `start_forwarding`.
     """
 
     #: The `InnerOptimizer`, set by `start_forwarding`.
     _inner: inner_optimizer.InnerOptimizer
 
-    #: The inner optimizer's attributes that read and write through (its
-    #: hyperparameters), fixed when it is wrapped.
+    #: The inner optimizer's hyperparameters, which read and write through.
+    #: They are fixed when it is wrapped.
     _forwarded_names: frozenset = frozenset()
 
     @property
@@ -89,18 +80,17 @@ class InnerOptimizerForwarding:
 
     @property
     def _optimizer(self) -> Any:
-        # TF's LossScaleOptimizer kept the inner optimizer here, and TF 2.x
-        # code reads it (`python -m tf_lso check` suggests inner_optimizer).
+        # TF 2.x code reads the inner optimizer here (`python -m tf_lso
+        # check` suggests `inner_optimizer`).
         return self._inner.optimizer
 
     @property
     def learning_rate(self) -> Any:
         """The inner optimizer's learning rate.
 
-        With a learning rate schedule on a Keras 3 inner optimizer this is a
-        `ScheduledLearningRate`: TF 2.x code calls it with a step
-        (`opt.learning_rate(opt.iterations)`), Keras 3 code uses it as the
-        current value.
+        With a schedule on a Keras 3 inner optimizer, it is a
+        `ScheduledLearningRate`. TF 2.x code calls it with a step, and
+        Keras 3 code reads it as the current value.
         """
         return self._inner.learning_rate()
 
@@ -139,8 +129,7 @@ class InnerOptimizerForwarding:
         return name in self._forwarded_names
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup fails: a hyperparameter, or an
-        # error that says what is forwarded.
+        # Only reached when normal lookup fails.
         if self._forwards(name):
             return getattr(self._inner.optimizer, name)
         inner = self.__dict__.get("_inner")
@@ -179,30 +168,18 @@ class InnerOptimizerForwarding:
         return list(self.variables)
 
     def get_weights(self) -> list[np.ndarray]:
-        """Returns the values of the inner optimizer's variables (NumPy).
-
-        Returns:
-            A list of NumPy arrays, in the order of `variables`.
-        """
+        """The values of the inner optimizer's `variables`, as NumPy arrays."""
         return self._inner.get_weights()
 
     def set_weights(self, weights: list[np.ndarray]) -> None:
-        """Sets the inner optimizer's variables from a list of NumPy values.
-
-        Args:
-            weights: Values in the order of `get_weights()`.
-        """
+        """Sets the inner optimizer's variables, in `get_weights()`'s order."""
         self._inner.optimizer.set_weights(weights)
 
     def get_slot_names(self) -> list[str]:
-        """The inner optimizer's slot names; `[]` if it has no slots API.
+        """The inner optimizer's slot names, or `[]` if it has none.
 
-        Keras 3 and tf_keras optimizers keep per-variable state in
-        `variables`, not in named slots; TensorFlow's checkpointing also asks
-        every optimizer for its slot names.
-
-        Returns:
-            A list of slot names.
+        Only tf_keras legacy optimizers have named slots. The others keep
+        their state in `variables`.
         """
         return self._inner.slot_names()
 

@@ -1,14 +1,11 @@
 """The optimizer a loss scale optimizer wraps: one interface, one class per kind.
 
 `InnerOptimizer` is what a loss scale optimizer needs from the optimizer it
-wraps. Each kind of optimizer (a Keras 3 optimizer, a tf_keras optimizer, a
-tf_keras legacy optimizer: one module each in `kinds/`) is one subclass that
-covers its whole life: which optimizers and which configs are its own, build,
-apply, skip, slots, checkpoint children, serialize and deserialize.
-`wrapping` lists the kinds and chooses among them, so `LossScaleOptimizer`
-never asks which kind it holds. tf_keras is optional and never imported
-here (see `compat.tf_keras_module`). `ScheduledLearningRate` is the inner
-optimizer's learning rate as a tensor, when it follows a schedule.
+wraps. Each kind is a subclass, in its own module in `kinds/`. It covers
+its optimizers' whole life: which optimizers and configs are its own,
+build, apply, skip, slots and checkpoints. `wrapping` picks the kind, so
+`LossScaleOptimizer` never asks which kind it holds.
+`ScheduledLearningRate` is the learning rate when it follows a schedule.
 """
 
 from __future__ import annotations
@@ -29,37 +26,32 @@ from tf_lso._src.scaling import validation
 class InnerOptimizer(abc.ABC):
     """What a loss scale optimizer needs from the optimizer it wraps.
 
-    An abstract base class, as `LossScale` is: a kind implements the
-    abstract methods and inherits the defaults.
+    A kind implements the abstract methods and inherits the defaults.
 
     Args:
         optimizer: The optimizer to wrap, of the subclass's kind.
     """
 
-    #: The class the kind's optimizers are instances of, as users spell it
+    #: The class of the kind's optimizers as users spell it
     #: (`"`tf.keras.optimizers.Optimizer`"`), and what they are in a few
-    #: words (`"a Keras 3 optimizer"`): the messages that list kinds
-    #: (`wrapping.describe_kinds`) are made of them. A kind that sets no
-    #: `optimizer_class` of its own is listed by its class name.
-    optimizer_class: typing.ClassVar[str | None] = None
-    noun: typing.ClassVar[str | None] = None
+    #: words (`"a Keras 3 optimizer"`). Messages that list kinds use both.
+    optimizer_class: typing.ClassVar[str]
+    noun: typing.ClassVar[str]
 
     #: Whether the kind's optimizers update variables in a `tf.compat.v1`
-    #: graph run by a Session (OptimizerV2, which TF 2.4 wrapped, does);
-    #: `wrapping.check_graph` refuses the others there.
+    #: graph run by a Session. `wrapping.check_graph` refuses the others.
     runs_in_v1_graph: typing.ClassVar[bool] = False
 
     #: Whether Keras's own files (`.keras`, `.weights.h5`) save the
-    #: optimizer itself: Keras saves the wrapper's `inner_optimizer` when it
-    #: is a Keras 3 optimizer. When not, the wrapper's own entry holds the
-    #: kind's `variables()`, so that no state is lost.
+    #: optimizer. They do for a Keras 3 optimizer. Otherwise the wrapper's
+    #: own entry holds the kind's `variables()`, so no state is lost.
     saved_by_keras: typing.ClassVar[bool] = False
 
     def __init__(self, optimizer: typing.Any) -> None:
         self.optimizer = optimizer
         #: The steps the loss scale optimizer skipped (a tf.Variable), set
-        #: by its `ApplyStep`: `iterations` counts them too (TF 2.4's rule),
-        #: so `iterations - skipped_steps` steps have applied.
+        #: by its `ApplyStep`. `iterations` counts them too, so
+        #: `iterations - skipped_steps` steps have applied.
         self.skipped_steps: typing.Any = None
 
     # -- Choosing the kind (classmethods, asked by `wrapping`) ---------------
@@ -77,11 +69,11 @@ class InnerOptimizer(abc.ABC):
 
     @classmethod
     def wrapper_class(cls, wrapper: type) -> type:
-        """The class of a loss scale optimizer of class `wrapper` around one
-        of this kind's optimizers: `wrapper`, or a subclass of it that is
-        also what the kind's own framework takes (the tf_keras kinds: a
-        tf_keras loss scale optimizer, so that tf_keras's `compile` keeps
-        it). `LossScaleOptimizer.__new__` asks (see `wrapper_class`)."""
+        """The class of a `wrapper` around one of this kind's optimizers.
+
+        It is `wrapper`, or for the tf_keras kinds a subclass that
+        tf_keras's `compile` keeps. `LossScaleOptimizer.__new__` asks.
+        """
         return wrapper
 
     @classmethod
@@ -108,24 +100,23 @@ class InnerOptimizer(abc.ABC):
                    var_list: list) -> tuple[packing.Packed, bool]:
         """Sums gradients over replicas as the optimizer's own apply would.
 
-        Called before the finite check, so that the check sees what the
-        optimizer applies (TF 2.5+'s order, and tf_keras's): a value that
-        the summing makes non-finite (a custom aggregator, a float16
-        all-reduce, a sum that overflows) skips the step.
+        It runs before the finite check, so that the check sees what the
+        optimizer applies. A sum that is not finite (an overflow, a custom
+        aggregator) skips the step.
 
         Returns:
             `(packed, aggregate)`: the gradients to check and to apply, and
-            whether `apply` must still sum them (only where that sum is the
-            identity: one replica).
+            whether `apply` must still sum them. It must only on one
+            replica, where the sum changes nothing.
         """
 
     @abc.abstractmethod
     def apply(self, grads_and_vars: list, name: str | None,
               aggregate: bool) -> typing.Any:
-        """Applies unscaled gradients (summing over replicas if `aggregate`).
+        """Applies unscaled gradients, summed over replicas if `aggregate`.
 
-        Returns what the optimizer's own apply returns (in a `tf.compat.v1`
-        graph, a tf_keras legacy optimizer's op that runs the update).
+        Returns what the optimizer's own apply returns. In a `tf.compat.v1`
+        graph that is the op that runs the update.
         """
 
     @abc.abstractmethod
@@ -137,19 +128,17 @@ class InnerOptimizer(abc.ABC):
     def overrides_apply_gradients(self) -> bool:
         """Whether the optimizer's `apply_gradients` is a subclass's own.
 
-        TF 2.4 gave such an override each replica's gradients (it sums them
-        itself, in its `super().apply_gradients`, after whatever it does
-        to them first, such as clipping): the step then does not sum them
-        before the apply. By default (a kind that says nothing) False.
+        Such an override gets each replica's gradients. It sums them in its
+        `super().apply_gradients`, after what it does first (such as
+        clipping), so the step does not sum them before.
         """
         return False
 
     def check_graph(self) -> None:
         """Raises RuntimeError where the optimizer cannot run a step.
 
-        `wrapping.check_graph` asks it, after refusing a `tf.compat.v1`
-        graph to the kinds that do not set `runs_in_v1_graph`. By default
-        every other context can.
+        `wrapping.check_graph` asks it after its own check. By default
+        every context can.
         """
         return
 
@@ -187,12 +176,12 @@ class InnerOptimizer(abc.ABC):
     def load_variables(self, values: list[typing.Any], owner: str) -> None:
         """Assigns the values a Keras file holds to `variables()`, in order.
 
+        It warns and assigns nothing if the counts differ: the file was
+        written for another model.
+
         Args:
             values: NumPy arrays, one per variable.
             owner: The loss scale optimizer's name, for the warning.
-
-        Warns, and assigns nothing, if the number of values differs (the
-        file was written for another model).
         """
         variables = self.variables()
         if len(values) != len(variables):
@@ -213,19 +202,16 @@ class InnerOptimizer(abc.ABC):
     def hyperparameter_names(self) -> frozenset[str]:
         """The attributes a wrapper forwards: the numeric config entries.
 
-        Asked once, when the optimizer is wrapped (`forwarding`).
-
-        TF 2.4 forwarded the inner optimizer's `_hyper` dict, its numeric
-        hyperparameters (`learning_rate`, `beta_1`, `momentum`, ...); flags
-        such as SGD's `nesterov` were not forwarded, and are not here.
-        tf_keras legacy optimizers forward that very dict.
+        `forwarding` asks once, when the optimizer is wrapped. These are
+        the numeric hyperparameters (`learning_rate`, `beta_1`, ...), not
+        flags such as SGD's `nesterov`.
         """
         # Eagerly: a tf_keras legacy config reads variable values.
         with tf.init_scope():
             try:
                 config = self.optimizer.get_config()
             except Exception:  # noqa: BLE001 - custom get_config.
-                return frozenset()  # Then nothing is forwarded by name.
+                return frozenset()  # Nothing is forwarded by name.
         return frozenset(key for key, value in config.items()
                          if validation.is_scalar_number(value))
 
@@ -272,12 +258,11 @@ class InnerOptimizer(abc.ABC):
 class ScheduledLearningRate(tensor_like.TensorLike):
     """The learning rate of an optimizer that follows a schedule.
 
-    TF 2.x's `opt.learning_rate` was the schedule itself, so TF 2.x code
-    calls it: `opt.learning_rate(opt.iterations)`. Keras 3's is the current
-    value. This object is both: called with a step it returns the schedule's
-    value at that step; used as a tensor it is the current learning rate.
-    The schedule's public attributes (`get_config`, `initial_learning_rate`,
-    ...) are read through, by a list of its public names.
+    TF 2.x code calls the learning rate with a step, and Keras 3 code reads
+    its current value. This object does both. Called with a step, it
+    returns the schedule's value at that step. As a tensor, it is the
+    current learning rate. The schedule's public attributes
+    (`get_config`, `initial_learning_rate`, ...) read through.
 
     Args:
         schedule: The `LearningRateSchedule` (or callable) of the optimizer.
@@ -295,16 +280,16 @@ class ScheduledLearningRate(tensor_like.TensorLike):
         return self._schedule
 
     def __call__(self, step: typing.Any) -> typing.Any:
-        """The schedule's learning rate at `step`, as TF 2.x's schedule."""
+        """The schedule's learning rate at `step`."""
         return self._schedule(step)
 
     def _value(self) -> typing.Any:
         return tf.convert_to_tensor(self._current(), tf.float32)
 
     def __getattr__(self, name: str) -> typing.Any:
-        # Only reached when normal lookup fails. The schedule's public
-        # names are listed here, not in __init__: a new object is made on
-        # every `opt.learning_rate` read.
+        # Only reached when normal lookup fails. The schedule's names are
+        # listed here, not in __init__, because every `opt.learning_rate`
+        # read makes a new object.
         schedule = self.__dict__.get("_schedule")
         if (schedule is not None and not name.startswith("_")
                 and name in dir(schedule)):
@@ -323,9 +308,9 @@ def aggregated_by(
     aggregate: typing.Callable[[list], list], packed: packing.Packed,
     var_list: list,
 ) -> packing.Packed:
-    """`aggregate` (a tf_keras optimizer's aggregator) applied to `packed`.
+    """`packed`, summed by `aggregate` (a tf_keras optimizer's aggregator).
 
-    As tf_keras's own loss scale optimizer does, `aggregate` sees only the
+    As in tf_keras's own loss scale optimizer, `aggregate` sees only the
     pairs that have a gradient. Returns a new `Packed`.
     """
     grads = packed.unpack()
@@ -341,21 +326,20 @@ def name_argument(apply_gradients: typing.Callable[..., typing.Any],
                   keywords: tuple[str, ...] = ()) -> tuple[typing.Any, ...]:
     """The positional arguments after the gradients that carry `name`.
 
-    TF 2.2 to 2.4 passed the loss scale optimizer's `name` to the inner
-    optimizer's `apply_gradients` as its second positional argument, and a
-    subclass may give that place another meaning (TensorFlowTTS's
-    `AdamWeightDecay` takes a clip norm there). So `name` goes there where
+    The wrapper's `name` goes second, where TF 2.x code expects it, if
     `apply_gradients` (a bound method) has a second positional parameter
-    that is not one of the `keywords` the caller passes by name. An
-    override that takes `*args` passes them on to its base: `name` goes
-    there if the base takes one (`base_takes_name`; Keras 3's takes none).
-    A None name is not passed, so that an override's default applies.
+    besides the `keywords` that the caller passes by name. A subclass may
+    use that place for something else (TensorFlowTTS's `AdamWeightDecay`
+    takes a clip norm there), and gets `name` as it did in TF 2.x. An
+    override with `*args` passes them to its base, so `name` goes there if
+    the base takes one (`base_takes_name`; Keras 3's takes none). A None
+    name is not passed, so that an override's default applies.
     """
     if name is None:
         return ()
     try:
         parameters = inspect.signature(apply_gradients).parameters.values()
-    except (TypeError, ValueError):  # A builtin: pass it as TF 2.4 did.
+    except (TypeError, ValueError):  # A builtin: pass it.
         return (name,)
     positional = [p for p in parameters if p.kind in (
         p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in keywords]

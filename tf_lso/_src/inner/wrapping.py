@@ -1,15 +1,9 @@
-"""Which kind an optimizer is of, and the one place that wraps it.
+"""The three kinds of inner optimizer, and the one place that picks among them.
 
-`KINDS` lists every kind of inner optimizer, in one ordered tuple: an
-optimizer (a serialized config) is of the first kind that accepts (reads)
-it, and a config that no kind reads is a Keras 3 optimizer's (Keras 3 reads
-TF 2.x's configs too). The built-in kinds take disjoint sets of optimizers,
-so their order only decides how messages list them; a kind for a subclass
-of another kind's optimizers goes before that kind. Adding a kind is a
-module in `kinds/` and its entry here.
-
-`LossScaleOptimizer` never asks which kind it holds: `wrap` and
-`deserialize` choose, here and nowhere else.
+An optimizer is of the kind in `KINDS` that accepts it, and a config is of
+the kind that reads it. The kinds take disjoint sets of optimizers, so their
+order only sets how messages list them. A config that no kind reads is a
+Keras 3 optimizer's, since Keras 3 also reads TF 2.x's configs.
 """
 
 from __future__ import annotations
@@ -34,13 +28,12 @@ KINDS: tuple[Kind, ...] = (
     tf_keras_kinds.TfKerasLegacyInner,
 )
 
-# The optimizers that a loss scale optimizer wraps (see `claim`); an entry
-# goes with its optimizer.
+# The optimizers that a loss scale optimizer wraps. An entry lives as long
+# as its optimizer.
 _claimed: weakref.WeakSet[typing.Any] = weakref.WeakSet()
 
 
-def kind_of(optimizer: typing.Any) -> Kind | None:
-    """The first of `KINDS` that accepts `optimizer`, or None."""
+def _kind_of(optimizer: typing.Any) -> Kind | None:
     return next((kind for kind in KINDS if kind.accepts(optimizer)), None)
 
 
@@ -55,46 +48,38 @@ def is_loss_scale_optimizer(optimizer: typing.Any) -> bool:
 
 
 def is_supported(optimizer: typing.Any) -> bool:
-    """Whether `optimizer` is of a kind a loss scale optimizer can wrap."""
+    """Whether `optimizer` is of a kind that a loss scale optimizer wraps."""
     return (not is_loss_scale_optimizer(optimizer)
-            and kind_of(optimizer) is not None)
+            and _kind_of(optimizer) is not None)
 
 
 def wrapper_class(wrapper: type, optimizer: typing.Any) -> type:
-    """The class a loss scale optimizer of class `wrapper` around
-    `optimizer` is made of: the kind's `wrapper_class(wrapper)`; `wrapper`
-    itself for anything `wrap` refuses (its constructor says why)."""
-    kind = kind_of(optimizer)
+    """The class of a `wrapper` around `optimizer`: the kind decides.
+
+    It is `wrapper` itself for an optimizer that `wrap` refuses, so that the
+    constructor can say why.
+    """
+    kind = _kind_of(optimizer)
     if kind is None or is_loss_scale_optimizer(optimizer):
         return wrapper
     return kind.wrapper_class(wrapper)
 
 
-def _described(kind: Kind, noun_first: bool = False) -> str:
-    """`"class (noun)"` (or `"noun (class)"`), or the kind's class name.
-
-    Only what the kind sets itself: a subclass of a kind describes itself
-    by its name until it says what it accepts.
-    """
-    optimizer_class = vars(kind).get("optimizer_class")
-    if optimizer_class is None:
-        return kind.__name__
-    if noun_first:
-        return f"{kind.noun} ({optimizer_class})"
-    return f"{optimizer_class} ({kind.noun})"
+def register_with_tf_keras(*wrappers: type) -> None:
+    """Lets tf_keras's `load_model` find `wrappers` in files."""
+    for wrapper in wrappers:
+        tf_keras_kinds.register(wrapper)
 
 
 def _or(items: list[str]) -> str:
-    """`"a, b or c"` (each item once)."""
-    items = list(dict.fromkeys(items))
-    if len(items) < 2:
-        return "".join(items)
-    return f"{', '.join(items[:-1])} or {items[-1]}"
+    """`"a, b or c"`."""
+    *rest, last = items
+    return f"{', '.join(rest)} or {last}" if rest else last
 
 
 def describe_kinds() -> str:
-    """Every kind's description, for messages: `"A, B or C"`."""
-    return _or([_described(kind) for kind in KINDS])
+    """What every kind wraps, for messages: `"A, B or C"`."""
+    return _or([f"{kind.optimizer_class} ({kind.noun})" for kind in KINDS])
 
 
 def wrap(optimizer: typing.Any, argument_name: str) -> inner_optimizer.InnerOptimizer:
@@ -124,7 +109,7 @@ def wrap(optimizer: typing.Any, argument_name: str) -> inner_optimizer.InnerOpti
             "it, or use LossScaleOptimizer(opt, dynamic=False, "
             "initial_scale=...)."
         )
-    kind = kind_of(optimizer)
+    kind = _kind_of(optimizer)
     if kind is None:
         raise TypeError(
             f'"{argument_name}" must be an instance of {describe_kinds()}, '
@@ -132,8 +117,8 @@ def wrap(optimizer: typing.Any, argument_name: str) -> inner_optimizer.InnerOpti
         )
     # Only optimizers are looked up: not every object is hashable.
     if optimizer in _claimed:
-        # TF 2.6+'s error: the two would share the step counter and slots,
-        # and a checkpoint could not hold both.
+        # Two wrappers would share the step counter and the slots, and one
+        # checkpoint could not hold both.
         raise ValueError(
             '"inner_optimizer" is already wrapped by a LossScaleOptimizer. '
             "An optimizer can only be wrapped by a single LossScaleOptimizer. "
@@ -145,10 +130,10 @@ def wrap(optimizer: typing.Any, argument_name: str) -> inner_optimizer.InnerOpti
 
 
 def claim(inner: inner_optimizer.InnerOptimizer) -> None:
-    """Marks `inner`'s optimizer as wrapped; `wrap` refuses it from now on.
+    """Marks `inner`'s optimizer as wrapped, so that `wrap` refuses it.
 
-    Called once a loss scale optimizer is fully constructed, so a failed
-    construction leaves the optimizer free (TF 2.6 marked it first).
+    The constructor calls it last: a failed construction leaves the
+    optimizer free.
     """
     _claimed.add(inner.optimizer)
 
@@ -156,15 +141,12 @@ def claim(inner: inner_optimizer.InnerOptimizer) -> None:
 def check_graph(inner: inner_optimizer.InnerOptimizer) -> None:
     """Raises RuntimeError where `inner`'s optimizer cannot run a step.
 
-    In a `tf.compat.v1` graph (run by a Session), only the kinds that set
-    `runs_in_v1_graph` update variables (OptimizerV2, the optimizer TF 2.4
-    wrapped); then the kind's own `check_graph`.
+    In a `tf.compat.v1` graph run by a Session, only some kinds update
+    variables (`runs_in_v1_graph`). The kind then checks the rest.
     """
     if not inner.runs_in_v1_graph and replicas.in_v1_graph():
-        # E.g. "a tf_keras legacy optimizer (`tf_keras.optimizers.legacy.
-        # Optimizer`)", TF 2.x's OptimizerV2, as TF 2.4 wrapped.
-        wanted = _or([_described(kind, noun_first=True) for kind in KINDS
-                      if kind.runs_in_v1_graph]) or "no kind here"
+        wanted = _or([f"{kind.noun} ({kind.optimizer_class})"
+                      for kind in KINDS if kind.runs_in_v1_graph])
         raise RuntimeError(
             "In a tf.compat.v1 graph (run by a Session), the inner "
             f"optimizer must be {wanted}: other optimizers do not update "
@@ -178,9 +160,6 @@ def deserialize(config: typing.Any,
                 custom_objects: dict | None = None) -> typing.Any:
     """Creates an optimizer from a serialized inner optimizer.
 
-    The first of `KINDS` that reads the config builds it; a config none of
-    them reads is a Keras 3 optimizer's (TF 2.x's configs included).
-
     Args:
         config: A serialized optimizer dict, or an optimizer instance
             (returned as it is).
@@ -191,9 +170,9 @@ def deserialize(config: typing.Any,
     """
     if not isinstance(config, dict):
         return config
-    # Keras's deserialize functions edit the dict they are given (they
-    # lower-case `class_name`); the caller's config stays as it was: new
-    # dicts and lists all the way down, the same values.
+    # Keras's deserialize functions edit the dict they get (they lower-case
+    # `class_name`). The caller's config stays as it was: this copies every
+    # dict and list, and keeps the values.
     config = tf.nest.map_structure(lambda value: value, config)
     kind = next((kind for kind in KINDS if kind.reads_config(config)),
                 keras_optimizer.KerasInner)

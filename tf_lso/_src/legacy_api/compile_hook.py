@@ -1,30 +1,21 @@
 """`Model.compile` wraps a plain optimizer in a loss scale optimizer.
 
-TF 2.1-2.3 wrapped the optimizer given to `compile` when the model's dtype
-policy carried a loss scale, TF 2.4 when the policy was `'mixed_float16'`.
-Keras 3 wraps in its own `LossScaleOptimizer`. While the hook is enabled,
-`keras.Model.compile` first asks `compile_optimizer` which optimizer to use.
-The hook sits on the class that defines `compile` (Keras's `Trainer`), so
-that `load_model` still sees an ordinary `compile` and compiles the models it
-loads (with their optimizer state). On the legacy-Keras route
+While the hook is enabled, `keras.Model.compile` first asks
+`compile_optimizer` which optimizer to use. The hook sits on the class that
+defines `compile` (Keras's `Trainer`), so `load_model` still compiles the
+models it loads, with their optimizer state. On the legacy-Keras route
 (`TF_USE_LEGACY_KERAS=1`) tf_keras's `Model.compile` is hooked too
-(`tf_keras_compile_optimizer`). Both routes make the wrapper, and reuse it
-on a recompile, by one rule: `_wrapper`.
+(`tf_keras_compile_optimizer`). Both routes choose the wrapper by one rule,
+`_wrapper`.
 
-Two switches, both explicit, both held by the hook itself (so that they
-live exactly as long as it):
+The hook holds both of its switches, so they live exactly as long as it:
 
-* `enable()` / `disable()` install and remove the hook. `set_policy`
-  enables it (a tf_lso `Policy` needs it); `tf_lso.install()` enables it and
-  `tf_lso.uninstall()` disables it unless a tf_lso `Policy` is global.
-* `wrap_mixed_float16` (an argument of `enable`): whether a plain Keras
-  `'mixed_float16'` policy wraps in `tf_lso.LossScaleOptimizer` (TF 2.4)
-  instead of Keras 3's class; `tf_lso.install()` turns it on.
-
-A tf_lso loss scale optimizer around a tf_keras optimizer is an instance of
-a class that is also tf_keras's `LossScaleOptimizer`
-(`kinds/tf_keras.py`, `tf_keras_wrapper_class`), so tf_keras's `compile`
-keeps it (`model.optimizer is opt`, as TF 2.1-2.4 gave).
+* `enable()` and `disable()` install and remove the hook. `set_policy` and
+  `tf_lso.install()` enable it. `tf_lso.uninstall()` disables it unless a
+  tf_lso `Policy` is global.
+* `wrap_mixed_float16`, an argument of `enable`, makes a plain
+  `'mixed_float16'` policy wrap in `tf_lso.LossScaleOptimizer` instead of
+  Keras 3's class. `tf_lso.install()` turns it on.
 """
 
 from __future__ import annotations
@@ -38,7 +29,6 @@ import keras
 
 from tf_lso._src import compat
 from tf_lso._src.inner import wrapping
-from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer as v1
 from tf_lso._src.optimizer import loss_scale_optimizer as v2
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
@@ -48,8 +38,8 @@ class LossScalePolicy(abc.ABC):
     """A dtype policy that carries a loss scale (TF 2.1-2.3's `Policy`).
 
     `compile` wraps the optimizer of a model whose policy is one.
-    `tf_lso.experimental.Policy` is registered as one (policy.py), so the
-    dependency runs one way: policy -> compile_hook.
+    `tf_lso.experimental.Policy` registers as one, so that policy.py
+    imports this module and not the other way round.
     """
 
     @property
@@ -61,12 +51,12 @@ class LossScalePolicy(abc.ABC):
 def enable(*, wrap_mixed_float16: bool | None = None) -> None:
     """Makes `keras.Model.compile` apply `compile_optimizer` (idempotent).
 
-    On the legacy-Keras route tf_keras's `Model.compile` is hooked too.
+    On the legacy-Keras route it hooks tf_keras's `Model.compile` too.
 
     Args:
-        wrap_mixed_float16: If not None, sets whether a plain
-            `'mixed_float16'` Keras policy wraps in `tf_lso.LossScaleOptimizer`;
-            None keeps the current setting (off if the hook was not enabled).
+        wrap_mixed_float16: Whether a plain `'mixed_float16'` policy wraps
+            in `tf_lso.LossScaleOptimizer`. None keeps the current setting
+            (off if the hook was not enabled).
     """
     if compat.tf_keras_is_tf_keras():
         _enable_tf_keras()
@@ -84,7 +74,7 @@ def enable(*, wrap_mixed_float16: bool | None = None) -> None:
                **kwargs: Any) -> Any:
         policy = _tf_lso_policy(self)
         if policy is not None and policy.loss_scale is None:
-            # TF 2.1-2.3: a policy without a loss scale means no scaling.
+            # A TF 2.1-2.3 policy without a loss scale scales nothing.
             kwargs.setdefault("auto_scale_loss", False)
         optimizer = compile_optimizer(
             self, optimizer, kwargs.get("auto_scale_loss", True),
@@ -97,14 +87,14 @@ def enable(*, wrap_mixed_float16: bool | None = None) -> None:
 
 def _mark(hook: Callable[..., Any], original: Callable[..., Any],
           wrap_mixed_float16: bool = False) -> None:
-    """Marks a `compile` as tf_lso's hook, keeping the one it replaces."""
+    """Marks `hook` as tf_lso's, and keeps the `compile` it replaces."""
     hook._tf_lso_original = original  # type: ignore[attr-defined]
     hook._tf_lso_wraps_mixed_float16 = (  # type: ignore[attr-defined]
         wrap_mixed_float16)
 
 
 def _original_of(compile: Any) -> Callable[..., Any] | None:
-    """The `compile` a hook replaced; None if `compile` is no hook."""
+    """The `compile` that a hook replaced, or None if `compile` is no hook."""
     return getattr(compile, "_tf_lso_original", None)
 
 
@@ -116,11 +106,9 @@ def _wraps_mixed_float16(hook: Any) -> bool:
 def _enable_tf_keras() -> None:
     tf_keras = compat.tf_keras_module()
     assert tf_keras is not None  # tf.keras is tf_keras.
-    # Registered with tf_keras (by their classes' names): load_model finds
-    # tf_lso's optimizers in files.
-    for cls in (v2.LossScaleOptimizer, v1.LossScaleOptimizerV1):
-        for legacy in (False, True):
-            tf_keras_kinds.tf_keras_wrapper_class(cls, legacy=legacy)
+    # So that load_model finds tf_lso's optimizers in files.
+    wrapping.register_with_tf_keras(v2.LossScaleOptimizer,
+                                    v1.LossScaleOptimizerV1)
     model_class = tf_keras.Model
     original = vars(model_class).get("compile")
     if original is None or _original_of(original):
@@ -158,22 +146,15 @@ def disable() -> None:
         owner.compile = original
 
 
-def is_enabled() -> bool:
-    """Whether `keras.Model.compile` is the hook."""
-    owner = compat.keras_compile_owner()
-    return _original_of(vars(owner)["compile"]) is not None
-
-
 def compile_optimizer(model: Any, optimizer: Any,
                       auto_scale_loss: bool = True, *,
                       wrap_mixed_float16: bool = False) -> Any:
-    """The optimizer Keras 3's `model.compile` should use (TF 2.x's rules).
+    """The optimizer that Keras 3's `model.compile` should use.
 
-    Under a `Policy` with a loss scale, a plain optimizer is wrapped in a
-    `tf_lso.experimental.LossScaleOptimizer` with a fresh copy of that loss
-    scale. With `wrap_mixed_float16`, a plain `'mixed_float16'` Keras
-    policy wraps it in `tf_lso.LossScaleOptimizer` (TF 2.4). See `_wrapper`
-    for loss scale optimizers and recompiles.
+    Under a `Policy` with a loss scale, a plain optimizer is wrapped in
+    `tf_lso.experimental.LossScaleOptimizer`. With `wrap_mixed_float16`, a
+    plain `'mixed_float16'` policy wraps it in `tf_lso.LossScaleOptimizer`.
+    `_wrapper` decides the rest.
 
     Args:
         model: The model being compiled.
@@ -197,14 +178,13 @@ def compile_optimizer(model: Any, optimizer: Any,
 
 def tf_keras_compile_optimizer(model: Any, optimizer: Any,
                                policy: Any = None) -> Any:
-    """The optimizer tf_keras's `model.compile` should get.
+    """The optimizer that tf_keras's `model.compile` should get.
 
-    Under a global TF 2.1-2.3 `Policy` with a loss scale, whose name the
-    model's dtype policy has, a plain tf_keras optimizer is wrapped in
-    `tf_lso.experimental.LossScaleOptimizer` as `compile_optimizer` wraps a
-    Keras 3 one. A policy whose loss scale is None gives a fixed scale of 1
-    under `'mixed_float16'`, which scales nothing, so that tf_keras's own
-    `compile` does not wrap the optimizer in a dynamic one.
+    The global TF 2.1-2.3 `Policy` applies if the model's policy has its
+    name. Then a plain tf_keras optimizer is wrapped as `compile_optimizer`
+    wraps a Keras 3 one. Under `'mixed_float16'`, a policy without a loss
+    scale gives a fixed scale of 1, which scales nothing. Otherwise
+    tf_keras's own `compile` would wrap the optimizer in a dynamic one.
 
     Args:
         model: The tf_keras model being compiled.
@@ -217,21 +197,12 @@ def tf_keras_compile_optimizer(model: Any, optimizer: Any,
 
     Raises:
         TypeError: For a tf_lso optimizer around a Keras 3 optimizer, which
-            a tf_keras model cannot train (tf_keras's own message would be
-            "Could not interpret optimizer identifier").
+            a tf_keras model cannot train.
     """
+    tf_keras = compat.tf_keras_module()
+    assert tf_keras is not None  # Its compile calls this.
     if isinstance(optimizer, v2.LossScaleOptimizer):
-        kind = wrapping.kind_of(optimizer.inner_optimizer)
-        if kind is None or not issubclass(kind, tf_keras_kinds.TfKerasKind):
-            inner = type(optimizer.inner_optimizer)
-            raise TypeError(
-                "A tf_keras model (tf.keras is tf_keras here: "
-                "TF_USE_LEGACY_KERAS=1) cannot be trained by a Keras 3 "
-                f"optimizer. Received: optimizer={optimizer!r} around a "
-                f"{inner.__module__}.{inner.__name__}. Wrap a tf.keras "
-                "optimizer instead, e.g. "
-                "tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(...))."
-            )
+        _check_tf_keras_can_train(optimizer, tf_keras)
         return optimizer
     model_policy = getattr(model, "dtype_policy", None)
     if policy is None or model_policy is None or (
@@ -241,23 +212,38 @@ def tf_keras_compile_optimizer(model: Any, optimizer: Any,
     if loss_scale is None:
         if policy.name != "mixed_float16":
             return optimizer
-        # x * 1 and x / 1 are exact: TF 2.1-2.3's "no loss scaling".
+        # x * 1 and x / 1 are exact.
         loss_scale = loss_scale_lib.FixedLossScale(1)
-    tf_keras = compat.tf_keras_module()
-    assert tf_keras is not None  # Its compile calls this.
     return _wrapper(model, tf_keras.optimizers.get(optimizer), loss_scale)
+
+
+def _check_tf_keras_can_train(optimizer: Any, tf_keras: Any) -> None:
+    """Raises TypeError for a tf_lso optimizer that tf_keras cannot train.
+
+    Around a tf_keras optimizer it is a tf_keras optimizer too.
+    """
+    if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+        return
+    inner = type(optimizer.inner_optimizer)
+    raise TypeError(
+        "A tf_keras model (tf.keras is tf_keras here: "
+        "TF_USE_LEGACY_KERAS=1) cannot be trained by a Keras 3 "
+        f"optimizer. Received: optimizer={optimizer!r} around a "
+        f"{inner.__module__}.{inner.__name__}. Wrap a tf.keras "
+        "optimizer instead, e.g. "
+        "tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(...))."
+    )
 
 
 def _wrapper(model: Any, optimizer: Any,
              loss_scale: loss_scale_lib.LossScale | None) -> Any:
-    """The loss scale optimizer `compile` uses around `optimizer`.
+    """The loss scale optimizer that `compile` uses around `optimizer`.
 
-    `loss_scale` None means TF 2.4's class with its defaults
-    (`tf_lso.LossScaleOptimizer`), else TF 2.1-2.3's around a fresh copy of
-    `loss_scale` (TF 2.1-2.3 shared one between models). A loss scale
-    optimizer is used as it is. A recompile with the same plain optimizer
-    keeps the model's loss scale optimizer if it is the one this rule
-    makes (TF 2.4 and tf_keras wrapped it a second time, which raised).
+    A loss scale optimizer is used as it is. Otherwise, with `loss_scale`
+    None, it is `tf_lso.LossScaleOptimizer` with its defaults. Else it is
+    `tf_lso.experimental.LossScaleOptimizer` around a copy of `loss_scale`,
+    so that models do not share one. A recompile with the same optimizer
+    keeps the model's wrapper if this rule would make the same one.
     """
     if wrapping.is_loss_scale_optimizer(optimizer):
         return optimizer

@@ -1,5 +1,1 @@
-"""The kinds of inner optimizer: one module each.
-
-`wrapping.KINDS` lists them, in the order that decides which one takes an
-optimizer that two would accept.
-"""
+"""The kinds of inner optimizer (`wrapping.KINDS`), one module each."""

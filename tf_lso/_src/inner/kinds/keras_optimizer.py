@@ -1,8 +1,7 @@
-"""The Keras 3 kind: `keras.optimizers.Optimizer` (`tf.keras` on TF 2.16+).
+"""The Keras 3 kind: `keras.optimizers.Optimizer`.
 
-It also restores TF 2.x checkpoints (`tf2_dependency`, `tf2_slot`: TF 2.x
-checkpoint names on a Keras 3 optimizer) and reads TF 2.x optimizer configs:
-`wrapping.deserialize` gives it every config that no kind reads.
+It also reads TF 2.x optimizer configs (every config that no kind reads)
+and restores TF 2.x checkpoints (`tf2_dependency`, `tf2_slot`).
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ from tf_lso._src.inner import inner_optimizer
 class KerasInner(inner_optimizer.InnerOptimizer):
     """A Keras 3 optimizer.
 
-    Slots that a checkpoint restores before the optimizer is built are
-    restored by `build`.
+    `build` restores the slots that a checkpoint restored before it.
     """
 
     optimizer_class = "`tf.keras.optimizers.Optimizer`"
@@ -41,10 +39,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
     @classmethod
     def deserialize(cls, config: dict,
                     custom_objects: dict | None = None) -> typing.Any:
-        """A Keras 3 optimizer; TF 2.x configs (no `module`) too.
-
-        See `upgrade_tf2_config`.
-        """
+        """A Keras 3 optimizer, also from a TF 2.x config (no `module`)."""
         return keras.optimizers.deserialize(
             upgrade_tf2_config(config, custom_objects),
             custom_objects=custom_objects,
@@ -55,8 +50,8 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         del var_list  # `packed` knows the values that are not summed.
         if replicas.replicas_in_sync() == 1:
             return packed, True
-        # Keras 3 would clip each replica's gradients before its all-reduce;
-        # TF 2.4 clipped the sum, and so does this (one all-reduce for all).
+        # Keras 3 would clip each replica's gradients before the sum. This
+        # clips the sum, as TF 2.x code expects, with one all-reduce.
         return replicas.all_reduced(packed), False
 
     def overrides_apply_gradients(self) -> bool:
@@ -65,7 +60,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
 
     def build(self, var_list: list) -> None:
         if tf.distribute.has_strategy():
-            # One constructed outside `strategy.scope()` (TF 2.4 allowed it).
+            # It may have been made outside `strategy.scope()`.
             compat.keras_optimizer_into_strategy(self.optimizer)
         if not self.optimizer.built:
             with keras.name_scope(self.optimizer.name, caller=self.optimizer):
@@ -202,8 +197,8 @@ class KerasInner(inner_optimizer.InnerOptimizer):
                        None) or None
 
     def skip_step(self) -> None:
-        # With gradient accumulation it also empties the accumulators: the
-        # window that the non-finite gradient reached is dropped as a whole.
+        # With gradient accumulation it also empties the accumulators. The
+        # window that the non-finite gradient reached is dropped whole.
         if not self.accumulation_steps:
             self.optimizer.iterations.assign_add(1)
             return
@@ -216,7 +211,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
     def accumulation_window(
             self, var_list: list) -> tuple[tf.Tensor, list] | None:
         # `is_window_end` is True when this `apply` call ends a window and
-        # updates the variables; `accumulators` hold the window's sums.
+        # updates the variables. `accumulators` hold the window's sums.
         if not self.accumulation_steps:
             return None
         return self._is_window_end(), compat.keras_gradient_accumulators(
@@ -246,7 +241,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         config = keras.optimizers.serialize(self.optimizer)
         if compat.keras_is_auto_name(self.optimizer):
             # Not configuration: it depends on how many optimizers of the
-            # class were built before (TF 2.x names did not).
+            # class were made before.
             config["config"].pop("name", None)
         return config
 
@@ -256,11 +251,11 @@ def upgrade_tf2_config(config: dict,
     """A TF 2.x inner optimizer config, made readable by Keras 3.
 
     TF 2.x wrote a learning rate schedule as `{class_name, config}` with
-    `name: None`: Keras 3 finds no class without a `module`, and a schedule
-    named None fails when called. It is deserialized here, under its class's
-    default name. The `decay: 0.0` that every TF 2.x config has is dropped
-    (Keras 3 warns about any `decay`; a nonzero one it ignores, and keeps
-    warning about). Configs that Keras 3 wrote are returned unchanged.
+    `name: None`. Keras 3 finds no class without a `module`, and a schedule
+    named None fails when called. So the schedule is deserialized here,
+    under its class's default name. The `decay: 0.0` of every TF 2.x config
+    is dropped, because Keras 3 warns about any `decay`. Configs that
+    Keras 3 wrote are returned unchanged.
 
     Args:
         config: A serialized Keras 3 optimizer (`{class_name, config}`).

@@ -1,19 +1,13 @@
-"""The two tf_keras kinds: `tf_keras.optimizers.*` and its `legacy.*`.
+"""The two tf_keras kinds: `tf_keras.optimizers.*` and `legacy.*`.
 
-tf_keras is optional: these kinds accept nothing when it is not installed
-(`compat.tf_keras_module`), and import it only to read a config of theirs.
-Both write and read their configs with tf_keras's own serialization. Where
-`tf.keras` is tf_keras (`TF_USE_LEGACY_KERAS=1`), a TF 2.x config (no
-`module`, no `is_legacy_optimizer`) is a tf_keras legacy optimizer's, as
-tf_keras's own `LossScaleOptimizer.from_config` reads it.
+tf_keras is optional. Without it these kinds accept nothing, and they
+import it only to read one of their configs. tf_keras's own serialization
+writes and reads their configs.
 
 A loss scale optimizer around a tf_keras optimizer is an instance of
-`tf_keras_wrapper_class`: a subclass of its class that is also the
-tf_keras loss scale optimizer tf_keras would make around the same inner
-optimizer (`tf_keras.mixed_precision.LossScaleOptimizer` and tf_keras's
-`Optimizer`, or its legacy `Optimizer`), so that tf_keras's `compile`, `fit`,
-saving and `isinstance` checks take the very object the user made (see
-docs/architecture.md).
+`tf_keras_class`. That class is also tf_keras's loss scale optimizer, so
+tf_keras's `compile`, `fit`, saving and `isinstance` take the object the
+user made.
 """
 
 from __future__ import annotations
@@ -31,11 +25,11 @@ from tf_lso._src.inner import inner_optimizer
 
 
 def is_tf_keras_config(config: dict) -> bool | None:
-    """Whether `config` is a tf_keras optimizer's: True for a legacy one.
+    """True for a tf_keras legacy optimizer's config, False for a tf_keras
+    optimizer's, None for any other.
 
     tf_keras writes `module: keras.optimizers.legacy` for a legacy optimizer
-    and an `is_legacy_optimizer` entry for both. Returns None for configs
-    that are not tf_keras's, False for a (new) tf_keras optimizer's.
+    and an `is_legacy_optimizer` entry for both.
     """
     inner_config = config.get("config", {})
     has_flag = (isinstance(inner_config, dict)
@@ -46,22 +40,21 @@ def is_tf_keras_config(config: dict) -> bool | None:
     if has_flag:
         return False
     if "module" not in config and compat.tf_keras_is_tf_keras():
-        # TF 2.x's (OptimizerV2's) config, on the route where `tf.keras`
-        # is tf_keras: tf_keras's own class reads it as a legacy one.
+        # A TF 2.x config where tf.keras is tf_keras: tf_keras's own
+        # class reads it as a legacy optimizer's.
         return True
     return None
 
 
 class TfKerasKind(inner_optimizer.InnerOptimizer):
-    """What both tf_keras kinds share: their configs, read and written by
-    tf_keras (either kind reads either one's)."""
+    """What both tf_keras kinds share: tf_keras reads and writes configs."""
 
     @classmethod
     def deserialize(cls, config: dict,
                     custom_objects: dict | None = None) -> typing.Any:
         tf_keras = importlib.import_module("tf_keras")
-        # Without a module: tf_keras's legacy serialization (HDF5 and
-        # SavedModel metadata, TF 2.x configs).
+        # A config without a module is in tf_keras's legacy format (HDF5,
+        # SavedModel metadata, TF 2.x).
         return tf_keras.optimizers.deserialize(
             config, custom_objects=_with_keras_custom_objects(
                 config, custom_objects),
@@ -73,11 +66,72 @@ class TfKerasKind(inner_optimizer.InnerOptimizer):
         return tf_keras.optimizers.serialize(self.optimizer)
 
 
+@functools.cache
+def tf_keras_class(wrapper: type, *, legacy: bool) -> type:
+    """The class of a `wrapper` around a tf_keras optimizer.
+
+    tf_keras's `compile` takes only tf_keras optimizers, so this class is
+    one. Its bases are those of the class that tf_keras's own
+    `LossScaleOptimizer` makes around the same optimizer (`legacy`: an
+    OptimizerV2). It adds no behaviour. tf_keras's classes give only what
+    `wrapper` lacks.
+
+    Raises:
+        RuntimeError: If tf_keras lays out its classes in an unknown way.
+    """
+    made_from = vars(wrapper).get("_tf_keras_made_from")
+    if made_from is not None:  # `type(opt)`, asked again by from_config.
+        return tf_keras_class(made_from, legacy=legacy)
+    tf_keras = importlib.import_module("tf_keras")
+    tf_keras_lso = tf_keras.mixed_precision.LossScaleOptimizer
+    optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
+    keras_first = type("KerasFirst", (), {"__module__": wrapper.__module__})
+    bases = (wrapper, keras_first, tf_keras_lso, optimizers.Optimizer)
+    namespace = _namespace(wrapper, legacy)
+    try:
+        cls = _plain_metaclass(type(tf_keras_lso))(
+            namespace["_public_name"], bases, namespace)
+    except TypeError as error:  # No consistent method order.
+        raise _unknown_layout(tf_keras) from error
+    _put_keras_first(cls, keras_first, tf_keras)
+    if legacy:
+        # tf_keras's own `.keras` files hold no legacy optimizer's state.
+        compat.tf_keras_files_hold(cls)
+    register(wrapper, made=cls)
+    return cls
+
+
+def _namespace(wrapper: type, legacy: bool) -> dict[str, typing.Any]:
+    """The class's own attributes: it reads and pickles as `wrapper`."""
+    # Users read the class they made (`type(opt)`, repr, errors). The name
+    # is dotted because tf_keras reads a class named `LossScaleOptimizer`
+    # in a config as its own.
+    name = vars(wrapper).get("_public_name",
+                             f"{wrapper.__module__}.{wrapper.__qualname__}")
+    namespace = {
+        "__module__": wrapper.__module__, "__qualname__": wrapper.__qualname__,
+        "__doc__": wrapper.__doc__, "_public_name": name,
+        "__reduce__": _reduce_as(wrapper), "_tf_keras_made_from": wrapper}
+    if legacy:
+        # tf_keras's HDF5 loading calls it on a legacy optimizer.
+        namespace["_create_all_weights"] = _create_all_weights
+    return namespace
+
+
 def _create_all_weights(self: typing.Any, var_list: list) -> None:
     self.build(var_list)
 
 
-# What every class's namespace holds about the class itself.
+def _plain_metaclass(metaclass: type) -> type:
+    """tf_keras's `metaclass` with a plain `__call__`.
+
+    tf_keras's own `__call__` needs an `inner_optimizer` argument, which
+    `LossScaleOptimizerV1(optimizer=...)` does not pass.
+    """
+    return type("PlainCall", (metaclass,), {"__call__": type.__call__})
+
+
+# What a class's namespace holds about the class itself: never copied.
 _CLASS_BOOKKEEPING = frozenset({
     "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
     "__annotations__", "__abstractmethods__", "_abc_impl", "__slots__",
@@ -85,86 +139,66 @@ _CLASS_BOOKKEEPING = frozenset({
     "__static_attributes__"})
 
 
-@functools.cache
-def tf_keras_wrapper_class(wrapper: type, *, legacy: bool) -> type:
-    """`wrapper` (a tf_lso loss scale optimizer class), as tf_keras takes it.
+def _put_keras_first(cls: type, keras_first: type,
+                     tf_keras: typing.Any) -> None:
+    """Gives `keras_first` the Keras 3 attributes that tf_keras's hide.
 
-    A subclass of `wrapper` and of what tf_keras's own loss scale optimizer
-    is around the same inner optimizer: tf_keras's `LossScaleOptimizer` and
-    its `Optimizer` (`legacy`: its legacy `Optimizer`, OptimizerV2), named
-    `TfKeras<name>` (`TfKerasLegacy<name>`: tf_keras's
-    `optimizers.deserialize` reads a class named `LossScaleOptimizer` as its
-    own) and serialized under `wrapper`'s registered name (tf_keras's and
-    Keras 3's registries lead that name back to `wrapper`). Everything it
-    does is `wrapper`'s: it adds no behaviour.
-    tf_keras's `compile` then keeps the optimizer, `isinstance` of the
-    class the user named holds, `get_config()` and serialization are the
-    user's optimizer's, and tf_keras's `.keras` files save it (tf_keras
-    saves its `Optimizer`s only: the legacy one is added,
-    `compat.tf_keras_files_hold`).
+    tf_keras's classes share TensorFlow's AutoTrackable with Keras 3's, so
+    the method order puts them before the rest of Keras 3's chain (its
+    `BaseOptimizer`). `keras_first` sits just before them and takes back
+    what that rest defines (`update_step`, `_clip_gradients`, ...).
     """
-    made_from = vars(wrapper).get("_tf_keras_made_from")
-    if made_from is not None:  # Made here: the class it was made from.
-        return tf_keras_wrapper_class(made_from, legacy=legacy)
-    tf_keras = importlib.import_module("tf_keras")
-    optimizer_base = (tf_keras.optimizers.legacy.Optimizer if legacy
-                      else tf_keras.optimizers.Optimizer)
-    tf_keras_bases = (tf_keras.mixed_precision.LossScaleOptimizer,
-                      optimizer_base)
-    # tf_keras's metaclass picks a class by the inner optimizer's type when
-    # `tf_keras.mixed_precision.LossScaleOptimizer(...)` is called; here
-    # the class is chosen, so construction is plain.
-    meta = type("TfKerasWrapperMeta", (type(tf_keras_bases[0]),),
-                {"__call__": type.__call__})
-    name = f"TfKeras{'Legacy' if legacy else ''}{wrapper.__name__}"
-    # tf_keras's classes share TensorFlow's AutoTrackable with Keras 3's,
-    # so they come before the rest of Keras 3's chain (its BaseOptimizer)
-    # in the method order: `keras_first`, just before them, gives back
-    # every attribute they would take from that rest (`__init__`,
-    # `_build_learning_rate`, ...). Only what tf_keras alone defines is
-    # tf_keras's.
-    keras_first = type(f"{name}KerasFirst", (), {
-        "__module__": wrapper.__module__})
-    namespace: dict[str, typing.Any] = {
-        "__module__": wrapper.__module__, "__qualname__": name,
-        "__doc__": wrapper.__doc__, "__reduce__": _reduce_as(wrapper),
-        "_tf_keras_made_from": wrapper}
-    if legacy:
-        # What tf_keras's HDF5 loading calls on a legacy optimizer.
-        namespace["_create_all_weights"] = _create_all_weights
-    variant = meta(name, (wrapper, keras_first, *tf_keras_bases), namespace)
-    if legacy:
-        # tf_keras's own `.keras` files hold no legacy optimizer's state.
-        compat.tf_keras_files_hold(variant)
-    order = variant.__mro__
-    tf_keras_block = [c for c in order
-                      if c.__module__.split(".")[0] == "tf_keras"]
-    assert order[order.index(keras_first) + 1] is tf_keras_block[0]
-    rest = order[order.index(tf_keras_block[-1]) + 1:]
-    for attribute in sorted({a for c in tf_keras_block for a in vars(c)}
-                            - _CLASS_BOOKKEEPING):
+    order = cls.__mro__
+    start = end = order.index(keras_first) + 1
+    while order[end].__module__.startswith("tf_keras."):
+        end += 1
+    tf_keras_classes, rest = order[start:end], order[end:]
+    if not tf_keras_classes or any(
+            c.__module__.startswith("tf_keras.") for c in rest):
+        raise _unknown_layout(tf_keras)
+    for attribute in ({a for c in tf_keras_classes for a in vars(c)}
+                      - _CLASS_BOOKKEEPING):
         owner = next((c for c in rest if attribute in vars(c)), None)
         if owner is not None:
             setattr(keras_first, attribute, vars(owner)[attribute])
-    registered = keras.saving.get_registered_name(wrapper)
-    package, separator, registered_as = registered.rpartition(">")
-    if separator:
-        # Serialized under the name of the class called, which leads back
-        # to it (its `__new__` picks this class again), in every process
-        # where it is registered: files load without this class made yet.
-        for framework in (tf_keras, keras):
-            register = framework.saving.register_keras_serializable(
-                package=package, name=registered_as)
-            register(variant)
-            register(wrapper)
-    return variant
+
+
+def _unknown_layout(tf_keras: typing.Any) -> RuntimeError:
+    return RuntimeError(
+        f"tf_lso does not know how tf_keras {tf_keras.__version__} lays out "
+        "its optimizer classes, so its loss scale optimizer cannot be a "
+        "tf_keras optimizer (tf_lso supports tf_keras 2.16 to 2.21). Install "
+        "a supported tf_keras, or use tf_keras's own "
+        "`tf.keras.mixed_precision.LossScaleOptimizer`."
+    )
+
+
+def register(wrapper: type, made: type | None = None) -> None:
+    """Registers `wrapper` with tf_keras and Keras 3 under its Keras 3 name.
+
+    Files then find it. `made`, a class made from `wrapper`, serializes
+    under the same name, and the name still leads to `wrapper`. An
+    unregistered `wrapper` stays unregistered.
+    """
+    package, separator, name = keras.saving.get_registered_name(
+        wrapper).rpartition(">")
+    if not separator:
+        return
+    tf_keras = importlib.import_module("tf_keras")
+    for framework in (tf_keras, keras):
+        register_as = framework.saving.register_keras_serializable(
+            package=package, name=name)
+        if made is not None:
+            register_as(made)
+        register_as(wrapper)  # Last, so that the name leads to `wrapper`.
 
 
 def _reduce_as(wrapper: type) -> typing.Callable[[typing.Any], typing.Any]:
-    """`__reduce__` for the class made from `wrapper`: Keras pickles an
-    optimizer as (a classmethod of its class, its file); the class made
-    here is found by no module, so the classmethod is `wrapper`'s."""
+    """`__reduce__` for a class made from `wrapper`.
 
+    Keras pickles an optimizer as a classmethod of its class plus a file.
+    No module holds the class made here, so the classmethod is `wrapper`'s.
+    """
     reduce: typing.Any = wrapper.__reduce__  # Keras's (KerasSaveable).
 
     def __reduce__(self: typing.Any) -> typing.Any:
@@ -180,8 +214,7 @@ def _with_keras_custom_objects(config: dict,
                                custom_objects: dict | None) -> dict:
     """`custom_objects` plus Keras 3's custom object for `config`'s class.
 
-    Keras 3 hands custom objects over in a `custom_object_scope` (as
-    `keras.optimizers.deserialize` and `load_model` do) or registers them;
+    Keras 3 keeps custom objects in a `custom_object_scope` or its registry.
     tf_keras does not look there, so the class is passed on by name.
     """
     custom_objects = dict(custom_objects or {})
@@ -196,10 +229,11 @@ def _with_keras_custom_objects(config: dict,
 def _apply_gradients(optimizer: typing.Any, grads_and_vars: list,
                      name: str | None, flag: str, value: bool,
                      default: bool) -> typing.Any:
-    """`optimizer.apply_gradients` with `name` (see
-    `inner_optimizer.name_argument`) and its aggregation `flag` set to
-    `value`, passed only when it is not the `default`: an override need not
-    take the flag (TensorFlowTTS's `AdamWeightDecay` does not)."""
+    """`optimizer.apply_gradients` with `name` and aggregation `flag=value`.
+
+    The flag is passed only when it is not the `default`, because an
+    override may not take it (TensorFlowTTS's `AdamWeightDecay`).
+    """
     apply_gradients = optimizer.apply_gradients
     return apply_gradients(
         grads_and_vars,
@@ -215,7 +249,7 @@ def _tf_keras_optimizers() -> typing.Any:
 
 
 class TfKerasInner(TfKerasKind):
-    """A tf_keras optimizer (the "new" optimizer of TF 2.11-2.15)."""
+    """A tf_keras optimizer (`tf_keras.optimizers.Optimizer`)."""
 
     optimizer_class = "`tf_keras.optimizers.Optimizer`"
     noun = "a tf_keras optimizer"
@@ -233,7 +267,7 @@ class TfKerasInner(TfKerasKind):
 
     @classmethod
     def wrapper_class(cls, wrapper: type) -> type:
-        return tf_keras_wrapper_class(wrapper, legacy=False)
+        return tf_keras_class(wrapper, legacy=False)
 
     def build(self, var_list: list) -> None:
         self.optimizer.build(var_list)  # A no-op once built.
@@ -259,11 +293,11 @@ class TfKerasInner(TfKerasKind):
 
 
 class TfKerasLegacyInner(TfKerasKind):
-    """A tf_keras legacy optimizer (OptimizerV2, the TF 2.1-2.10 optimizer)."""
+    """A tf_keras legacy optimizer (OptimizerV2)."""
 
     optimizer_class = "`tf_keras.optimizers.legacy.Optimizer`"
     noun = "a tf_keras legacy optimizer"
-    runs_in_v1_graph = True  # OptimizerV2, as TF 2.4 wrapped.
+    runs_in_v1_graph = True
 
     @classmethod
     def reads_config(cls, config: dict) -> bool:
@@ -277,12 +311,12 @@ class TfKerasLegacyInner(TfKerasKind):
 
     @classmethod
     def wrapper_class(cls, wrapper: type) -> type:
-        return tf_keras_wrapper_class(wrapper, legacy=True)
+        return tf_keras_class(wrapper, legacy=True)
 
     def __init__(self, optimizer: typing.Any) -> None:
         super().__init__(optimizer)
         self._built = False
-        # What a Keras file held, until the optimizer is built.
+        # The values a Keras file held, until the optimizer is built.
         self._loaded: tuple[list[typing.Any], str] | None = None
 
     def build(self, var_list: list) -> None:
@@ -294,10 +328,9 @@ class TfKerasLegacyInner(TfKerasKind):
                 super().load_variables(*loaded)
 
     def load_variables(self, values: list[typing.Any], owner: str) -> None:
-        # tf_keras's `load_model` builds tf_keras `Optimizer`s only, and an
-        # OptimizerV2 creates its slots at its first step: their values
-        # wait for it (as a tf.train.Checkpoint's slot values do). Its step
-        # counter, always its first variable, is loaded now.
+        # tf_keras's `load_model` builds no OptimizerV2, which makes its
+        # slots at its first step. The slot values wait for that step, as a
+        # checkpoint's do. The step counter (the first variable) loads now.
         if self._built:
             super().load_variables(values, owner)
         else:
@@ -333,8 +366,8 @@ class TfKerasLegacyInner(TfKerasKind):
         return self.optimizer.get_weights()
 
     def hyperparameter_names(self) -> frozenset[str]:
-        # Exactly what TF 2.4 forwarded; the config's values are variable
-        # reads, which can be empty while the first step is traced.
+        # The `_hyper` keys. The config's values are variable reads, which
+        # can be empty while the first step is traced.
         return compat.legacy_hyperparameter_names(self.optimizer)
 
     def slot_names(self) -> list[str]:
