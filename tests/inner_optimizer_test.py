@@ -511,8 +511,8 @@ class ToyKind(inner_lib.InnerOptimizer):
         del var_list
         return packed, True  # Tested without a strategy.
 
-    def apply(self, grads_and_vars, name, aggregate):
-        del name, aggregate
+    def apply(self, grads_and_vars, name, aggregate, skipped_steps):
+        del name, aggregate, skipped_steps
         return self.optimizer.apply_gradients(grads_and_vars)
 
     def serialize(self):

@@ -49,10 +49,6 @@ class InnerOptimizer(abc.ABC):
 
     def __init__(self, optimizer: typing.Any) -> None:
         self.optimizer = optimizer
-        #: The steps the loss scale optimizer skipped (a tf.Variable), set
-        #: by its `ApplyStep`. `iterations` counts them too, so
-        #: `iterations - skipped_steps` steps have applied.
-        self.skipped_steps: typing.Any = None
 
     # -- Choosing the kind (classmethods, asked by `wrapping`) ---------------
 
@@ -112,8 +108,11 @@ class InnerOptimizer(abc.ABC):
 
     @abc.abstractmethod
     def apply(self, grads_and_vars: list, name: str | None,
-              aggregate: bool) -> typing.Any:
+              aggregate: bool, skipped_steps: typing.Any) -> typing.Any:
         """Applies unscaled gradients, summed over replicas if `aggregate`.
+
+        `skipped_steps` (an int64 variable) counts the steps skipped so
+        far: `iterations - skipped_steps` steps have applied.
 
         Returns what the optimizer's own apply returns. In a `tf.compat.v1`
         graph that is the op that runs the update.

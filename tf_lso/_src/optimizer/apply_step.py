@@ -108,7 +108,6 @@ class ApplyStep(tf.Module):
         self.skipped_steps = replicas.state_variable(
             0, tf.int64, "skipped_steps"
         )
-        inner.skipped_steps = self.skipped_steps
         # The opt-in gradient report (`LossScaleMonitor`): nothing in the
         # step while it is not enabled.
         self.report = training_health.GradientReportRecord()
@@ -218,7 +217,8 @@ class ApplyStep(tf.Module):
         # captured and branch tensors breaks the gradient of Keras 3's
         # all-reduce (a custom_gradient, used even with no strategy).
         grads = packed.unpack([tf.identity(v) for v in values], aux)
-        return self._inner.apply(list(zip(grads, var_list)), name, aggregate)
+        return self._inner.apply(list(zip(grads, var_list)), name, aggregate,
+                                 self.skipped_steps)
 
     def _skip(self, values: list[tf.Tensor], scale: tf.Tensor,
               loss_nonfinite: tf.Tensor | None, window: Window | None, *,

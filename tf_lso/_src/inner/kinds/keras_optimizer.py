@@ -90,14 +90,14 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         compat.keras_check_variables_are_known(self.optimizer, var_list)
 
     def apply(self, grads_and_vars: list, name: str | None,
-              aggregate: bool) -> typing.Any:
+              aggregate: bool, skipped_steps: typing.Any) -> typing.Any:
         # Keras 3's own apply_gradients takes no name; a subclass's may.
         arguments = inner_optimizer.name_argument(
             self.optimizer.apply_gradients, name, base_takes_name=False)
         if not compat.keras_uses_ema(self.optimizer):
             return self._apply(grads_and_vars, aggregate, arguments)
         return self._apply_with_moving_averages(grads_and_vars, aggregate,
-                                                arguments)
+                                                arguments, skipped_steps)
 
     def _apply(self, grads_and_vars: list[tuple[typing.Any, typing.Any]],
                aggregate: bool, arguments: tuple[typing.Any, ...]
@@ -109,8 +109,8 @@ class KerasInner(inner_optimizer.InnerOptimizer):
 
     def _apply_with_moving_averages(
             self, grads_and_vars: list[tuple[typing.Any, typing.Any]],
-            aggregate: bool, arguments: tuple[typing.Any, ...]
-    ) -> typing.Any:
+            aggregate: bool, arguments: tuple[typing.Any, ...],
+            skipped_steps: typing.Any) -> typing.Any:
         """`apply` with `use_ema=True`: the averages see applied steps only.
 
         Keras 3 starts the averages from the weights at its first step
@@ -126,8 +126,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         """
         optimizer = self.optimizer
         iterations = tf.identity(optimizer.iterations)  # Before this step.
-        skipped = 0 if self.skipped_steps is None else self.skipped_steps
-        first = tf.equal(iterations, tf.cast(skipped, iterations.dtype))
+        first = tf.equal(iterations, tf.cast(skipped_steps, iterations.dtype))
         steps = self.accumulation_steps
         if not steps:
             with compat.keras_apply_without_ema(optimizer):

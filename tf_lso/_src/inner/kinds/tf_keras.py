@@ -286,7 +286,7 @@ class TfKerasInner(TfKerasKind):
             optimizers.Optimizer.apply_gradients)
 
     def apply(self, grads_and_vars: list, name: str | None,
-              aggregate: bool) -> typing.Any:
+              aggregate: bool, skipped_steps: typing.Any) -> typing.Any:
         return _apply_gradients(self.optimizer, grads_and_vars, name,
                                 "skip_gradients_aggregation", not aggregate,
                                 default=False)
@@ -353,7 +353,7 @@ class TfKerasLegacyInner(TfKerasKind):
             optimizers.legacy.Optimizer.apply_gradients)
 
     def apply(self, grads_and_vars: list, name: str | None,
-              aggregate: bool) -> typing.Any:
+              aggregate: bool, skipped_steps: typing.Any) -> typing.Any:
         return _apply_gradients(self.optimizer, grads_and_vars, name,
                                 "experimental_aggregate_gradients", aggregate,
                                 default=True)
