@@ -22,6 +22,7 @@ import sys
 import time
 
 import pytest
+import session_once
 
 import mwms_training
 import test_util
@@ -141,9 +142,13 @@ _SHARED_RUN = ("overflow_on_worker_1", "overflow_on_worker_0", "clipped_sum",
 
 @pytest.fixture(scope="module")
 def shared_run(tmp_path_factory):
-    """Both workers' results of every `_SHARED_RUN` scenario, by name."""
-    return run_workers("+".join(_SHARED_RUN),
-                       tmp_path_factory.mktemp("shared_run"))
+    """Both workers' results of every `_SHARED_RUN` scenario, by name (run
+    once per session, whichever pytest-xdist process runs these tests)."""
+    return session_once.result(
+        "multi_worker_shared_run",
+        lambda: run_workers("+".join(_SHARED_RUN),
+                            tmp_path_factory.mktemp("shared_run")),
+        tmp_path_factory)
 
 
 def _results(shared_run, scenario):
