@@ -28,6 +28,7 @@ import tempfile
 
 import legacy_examples_test
 import pytest
+import session_once
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -316,12 +317,45 @@ def _distinct(commands):
     return sorted(kept)
 
 
-@pytest.mark.parametrize("command", _distinct(set(SHOWN) - set(NOT_RUN)))
-def test_shown_command_works(command, tmp_path):
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
+# Commands (one each, with no environment assignments) whose output another
+# test module checks too: each runs once in the session, for both
+# (training_health_docs_test reads the demo's gradient report).
+SHARED = ("python examples/demo.py --gradient-report",)
+
+
+def _scratch(directory):
+    """Makes `directory` the scratch directory a command runs in."""
+    (directory / "examples").symlink_to(ROOT / "examples")
     for name, text in READER_FILES.items():
-        (tmp_path / name).write_text(text)
+        (directory / name).write_text(text)
+
+
+def _run(words, assignments, directory):
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    return subprocess.run(_argv(words), capture_output=True, text=True,
+                          timeout=600, cwd=directory,
+                          env={**env, **assignments})
+
+
+def shared_run(command, tmp_path_factory):
+    """The run of `command` (one of `SHARED`) in its scratch directory, made
+    once per session."""
+    assert command in SHARED, command
+
+    def run():
+        directory = tmp_path_factory.mktemp("shared_command")
+        _scratch(directory)
+        done = _run(shlex.split(command), {}, directory)
+        return [done.returncode, done.stdout, done.stderr]
+
+    returncode, stdout, stderr = session_once.result(
+        f"command{SHARED.index(command)}", run, tmp_path_factory)
+    return subprocess.CompletedProcess(command, returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("command", _distinct(set(SHOWN) - set(NOT_RUN)))
+def test_shown_command_works(command, tmp_path, tmp_path_factory):
+    _scratch(tmp_path)
     for part in command.split(" && "):
         assignments, words = _split_env(shlex.split(part))
         if words[:3] == ["python3.11", "-m", "venv"]:
@@ -329,9 +363,10 @@ def test_shown_command_works(command, tmp_path):
         if words[0].endswith("pip") and words[1] == "install":
             _check_install(words)
             continue
-        done = subprocess.run(_argv(words), capture_output=True, text=True,
-                              timeout=600, cwd=tmp_path,
-                              env={**env, **assignments})
+        if command in SHARED:
+            done = shared_run(command, tmp_path_factory)
+        else:
+            done = _run(words, assignments, tmp_path)
         expected = (0, 1) if words[1:4] == ["-m", "tf_lso", "check"] or (
             words[0].endswith("tf-lso") and words[1] == "check") else (0,)
         assert done.returncode in expected, (

@@ -22,6 +22,7 @@ import sys
 import time
 
 import pytest
+import session_once
 
 import mwms_training
 import test_util
@@ -133,17 +134,32 @@ def _reference(scenario, tmp_path):
 
 
 # Scenarios that run one after another in one pair of workers (starting a
-# pair takes about 5 s).
+# pair takes about 5 s). The last, `preempted`, resumes from the checkpoint
+# of a pair killed before it (test_lost_worker_fails_the_other_then_both_resume).
 _SHARED_RUN = ("overflow_on_worker_1", "overflow_on_worker_0", "clipped_sum",
                "checkpoint", "moving_averages",
-               "optimizer_made_outside_the_scope")
+               "optimizer_made_outside_the_scope", "preempted")
 
 
 @pytest.fixture(scope="module")
-def shared_run(tmp_path_factory):
-    """Both workers' results of every `_SHARED_RUN` scenario, by name."""
-    return run_workers("+".join(_SHARED_RUN),
-                       tmp_path_factory.mktemp("shared_run"))
+def runs(tmp_path_factory):
+    """{"killed": `_killed`'s report of a `preempted_kill` pair, "shared":
+    both workers' results of every `_SHARED_RUN` scenario, by name}, run
+    once per session, whichever pytest-xdist process runs these tests."""
+    def run():
+        workdir = tmp_path_factory.mktemp("shared_run")
+        # Where the shared run's `preempted` finds the chief's checkpoint.
+        (workdir / "preempted").mkdir()
+        killed = _killed(workdir / "preempted")
+        return {"killed": killed,
+                "shared": run_workers("+".join(_SHARED_RUN), workdir)}
+
+    return session_once.result("multi_worker_runs", run, tmp_path_factory)
+
+
+@pytest.fixture
+def shared_run(runs):
+    return runs["shared"]
 
 
 def _results(shared_run, scenario):
@@ -229,11 +245,10 @@ def _until_both_exit(workers):
     return ended
 
 
-def test_lost_worker_fails_the_other_then_both_resume(tmp_path):
-    # Worker 1 is SIGKILLed after the chief's checkpoint of step 4, before
-    # step 5 (see mwms_training.preempted).
+def _killed(workdir):
+    """Runs `preempted_kill` in `workdir`; reports how both workers ended."""
     for attempt in range(2):
-        workers = _launch("preempted_kill", tmp_path, attempt)
+        workers = _launch("preempted_kill", workdir, attempt)
         try:
             ended = _until_both_exit(workers)
             logs = _logs(workers)
@@ -243,23 +258,40 @@ def test_lost_worker_fails_the_other_then_both_resume(tmp_path):
                 log.close()
         if "Could not start gRPC server" not in logs:
             break
+    chief = workdir / "chief"
+    return {
+        "ended": ended, "logs": logs,
+        "codes": [process.returncode for process, _ in workers],
+        # The whole log: TensorFlow's traceback can be longer than `logs`
+        # shows.
+        "worker0_log": (workdir / f"worker0-try{attempt}.log").read_text(),
+        # Before the shared run's `preempted` adds its own.
+        "checkpoints": _checkpoint_numbers(chief) if chief.exists() else [],
+    }
+
+
+def test_lost_worker_fails_the_other_then_both_resume(runs, shared_run,
+                                                      tmp_path):
+    # Worker 1 is SIGKILLed after the chief's checkpoint of step 4, before
+    # step 5 (see mwms_training.preempted).
+    killed = runs["killed"]
+    ended, logs, codes = killed["ended"], killed["logs"], killed["codes"]
     assert None not in ended, f"a worker hung:\n{logs}"
-    codes = [process.returncode for process, _ in workers]
     assert codes[1] == -signal.SIGKILL, logs
     # Worker 0 fails with an error naming the lost task, well within the
     # collective timeout: no hang.
     assert codes[0] not in (0, None), logs
-    # The whole log: TensorFlow's traceback can be longer than `logs` shows.
-    worker0_log = (tmp_path / f"worker0-try{attempt}.log").read_text()
+    worker0_log = killed["worker0_log"]
     assert "UnavailableError" in worker0_log, logs
     assert "/job:worker/replica:0/task:1" in worker0_log, logs
     assert ended[0] - ended[1] < mwms_training.COLLECTIVE_TIMEOUT_SECONDS
-    assert _checkpoint_numbers(tmp_path / "chief") == [2, 4]
+    assert killed["checkpoints"] == [2, 4]
 
-    # Both start again from the chief's checkpoint of step 4 and finish as
-    # the uninterrupted run does, bit for bit (skipped_steps included: the
-    # checkpoint holds it as an entry of its own).
-    worker0, worker1 = run_workers("preempted", tmp_path)
+    # Both start again from the chief's checkpoint of step 4 (in the shared
+    # run) and finish as the uninterrupted run does, bit for bit
+    # (skipped_steps included: the checkpoint holds it as an entry of its
+    # own).
+    worker0, worker1 = _results(shared_run, "preempted")
     assert worker0 == worker1
     assert worker0["began_at"] == 4
     reference = _reference("preempted", tmp_path)

@@ -2,17 +2,21 @@
 what their comments say (issue 43).
 
 A fenced `python` block that starts with an import is a whole program: it
-runs in a fresh interpreter, and each `print(...)` whose last line ends with
-a `# comment` must print that comment.
+runs in globals of its own (the programs run one after another in one
+interpreter, started for them), and each `print(...)` whose last line ends
+with a `# comment` must print that comment.
 """
 
+import json
 import math
 import pathlib
 import re
 import subprocess
 import sys
 
+import docs_commands_test
 import pytest
+import session_once
 
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "training_health.md"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -42,11 +46,47 @@ def test_there_are_examples():
     assert len(_programs()) >= 2
 
 
+# Runs each program given on stdin (a JSON list) in globals of its own, one
+# after another; prints a JSON list of their [status, stdout, stderr].
+_RUN_EACH = """
+import contextlib, io, json, sys, traceback
+
+runs = []
+for program in json.loads(sys.stdin.read()):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            exec(compile(program, "<program>", "exec"),
+                 {"__name__": "__main__"})
+            status = 0
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    runs.append([status, out.getvalue(), err.getvalue()])
+print(json.dumps(runs))
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Each program's run as a `CompletedProcess`: all of them in one
+    interpreter, started once per session."""
+    def run():
+        done = subprocess.run(
+            [sys.executable, "-c", _RUN_EACH], input=json.dumps(_programs()),
+            capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    return [subprocess.CompletedProcess(program, *run_)
+            for program, run_ in zip(_programs(), session_once.result(
+                "training_health_programs", run, tmp_path_factory))]
+
+
 @pytest.mark.parametrize("index", range(len(_programs())))
-def test_example_prints_what_it_says(index):
+def test_example_prints_what_it_says(index, runs):
     program = _programs()[index]
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True,
-                          text=True, timeout=300)
+    done = runs[index]
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == _expected(program), program
 
@@ -70,10 +110,11 @@ def _doc_table():
 
 
 @pytest.fixture(scope="module")
-def fresh_table():
-    demo = DOC.parents[1] / "examples" / "demo.py"
-    done = subprocess.run([sys.executable, str(demo), "--gradient-report"],
-                          capture_output=True, text=True, timeout=600)
+def fresh_table(tmp_path_factory):
+    # The run docs_commands_test checks as a command of the docs (the same
+    # command: it runs once).
+    done = docs_commands_test.shared_run(
+        "python examples/demo.py --gradient-report", tmp_path_factory)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout[done.stdout.index("gradients in float16's range"):]
 
