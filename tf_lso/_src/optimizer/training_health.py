@@ -206,12 +206,10 @@ class OverflowRecord(tf.Module):
                 consecutive: Any, names_id: int) -> tuple[tf.Tensor, tf.Tensor]:
         """Whether training must stop after the last skipped step, and why.
 
-        The one stop rule, for `skipped` and for `LossScaleMonitor` (through
-        `stop_message`). With `stop_on_loss`, a step skipped for a
-        non-finite loss stops. With `limit` (`max_consecutive_skips`), more
-        than `limit` skipped steps in a row stop. Returns `(stop, message)`
-        as scalar tensors, so the message reads the same wherever it is
-        raised.
+        The one stop rule, for `skipped` and `stop_message`: with
+        `stop_on_loss`, a step skipped for a non-finite loss stops; with
+        `limit`, more than `limit` skipped steps in a row stop. It returns
+        tensors, so the message reads the same wherever it is raised.
         """
         is_loss = tf.equal(self.cause, LOSS)
         stop_for_loss = tf.logical_and(stop_on_loss, is_loss)
