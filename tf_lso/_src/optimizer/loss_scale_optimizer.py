@@ -208,14 +208,8 @@ class LossScaleOptimizer(
 
     @property
     def last_overflow(self) -> training_health.Overflow | None:
-        """The last step skipped for non-finite gradients, or None. Eager only.
-
-        A `tf_lso.Overflow`, recorded on device by skipped steps only; not
-        in checkpoints.
-
-        Raises:
-            RuntimeError: Inside a `tf.function`.
-        """
+        """The last skipped step as a `tf_lso.Overflow`, or None; not in
+        checkpoints. Eager only: a RuntimeError inside a `tf.function`."""
         return self._overflow.last()
 
     @property
@@ -260,12 +254,12 @@ class LossScaleOptimizer(
         *,
         scaled: bool = False,
     ) -> training_health.GradientReport:
-        """How gradients sit in float16's range at the current loss scale.
+        """A `tf_lso.GradientReport`: how gradients sit in float16's range.
 
         Underflow is silent: a scaled gradient element below float16's
-        range becomes 0 and the step learns less. `tf_lso.GradientReport`
-        says what the report holds. Call it before `apply_gradients`, which
-        may change the scale; it changes nothing.
+        range becomes 0 and the step learns less. The report is at the
+        current loss scale: call it before `apply_gradients`, which may
+        change the scale. It changes nothing.
 
         Args:
             grads: Gradients (tensors, `IndexedSlices` or `None`), unscaled
@@ -273,10 +267,6 @@ class LossScaleOptimizer(
             variables: Their variables, for the names (default: positions).
             scaled: Whether `grads` are still scaled, as
                 `tape.gradient(scaled_loss, ...)` returns them.
-
-        Returns:
-            A `tf_lso.GradientReport`: NumPy values eagerly, tensors in a
-            `tf.function`.
 
         >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(),
         ...                                 initial_scale=2**10)
@@ -320,15 +310,8 @@ class LossScaleOptimizer(
     def get_scaled_loss(
         self, loss: tf.Tensor | Callable[[], tf.Tensor]
     ) -> tf.Tensor | Callable[[], tf.Tensor]:
-        """Multiplies the loss by the loss scale.
-
-        Args:
-            loss: A float loss tensor (the scale is cast to its dtype), or a
-                zero-argument callable returning one.
-
-        Returns:
-            The scaled loss, or a callable that scales when called.
-        """
+        """Multiplies `loss`, a float tensor, by the loss scale cast to its
+        dtype. A zero-argument callable gives one that scales when called."""
         if callable(loss):
 
             def scaled_loss() -> tf.Tensor:
@@ -354,19 +337,13 @@ class LossScaleOptimizer(
     def get_unscaled_gradients(
         self, grads: Sequence[packing.Gradient]
     ) -> list[packing.Gradient]:
-        """Divides gradients by the loss scale.
+        """Divides a list of gradients by the loss scale, in order; `None`
+        stays `None` and `IndexedSlices` stay `IndexedSlices`.
 
         A gradient this method returned before is returned as it is, never
         unscaled twice. It cannot tell the new values of Keras 3's
         `overwrite_with_gradient` variables (float8) from gradients;
         `minimize`, `fit` and `apply` pass those through unchanged.
-
-        Args:
-            grads: A list of gradients; `None` stays `None` and
-                `IndexedSlices` stay `IndexedSlices`.
-
-        Returns:
-            The unscaled gradients, in the same order.
         """
         self._seen_losses.unscaled()
         grads = list(grads)
@@ -514,7 +491,8 @@ class LossScaleOptimizer(
         name: str | None = None,
         tape: tf.GradientTape | None = None,
     ) -> tf.Variable:
-        """Scales the loss, differentiates, unscales and applies.
+        """Scales the loss, differentiates, unscales and applies; returns
+        what `apply_gradients` returns.
 
         Args:
             loss: A zero-argument callable returning the loss, or a loss
@@ -524,9 +502,6 @@ class LossScaleOptimizer(
             name: Optional name for the apply step.
             tape: The `tf.GradientTape` that recorded a tensor `loss`
                 (required then: a ValueError without it).
-
-        Returns:
-            What `apply_gradients` returns.
         """
         grads_and_vars = self._compute_gradients(loss, var_list, grad_loss, tape)
         return self.apply_gradients(grads_and_vars, name=name)
