@@ -1,8 +1,7 @@
 """Packing gradients: finite checks and (un)scaling of gradient lists.
 
-These are the only places where tf_lso touches every gradient, so the
-per-variable cost of loss scaling is decided here. Nothing here talks to
-other replicas: every collective is in `replicas`.
+Here tf_lso touches every gradient, so the per-variable cost of loss
+scaling is decided here. Every collective is in `replicas`.
 """
 
 from __future__ import annotations
@@ -40,12 +39,9 @@ def present_tensors(grads: Any) -> list[tf.Tensor]:
 
 
 def local_nonfinite(grads: Any) -> tf.Tensor:
-    """Returns a float32 scalar: 0 if every gradient is finite, else 1.
-
-    `None` gradients are ignored and an empty structure counts as finite.
-    Integer gradients raise `InvalidArgumentError`, as TF's loss scales did.
-    `replicas.all_finite` sums it over replicas.
-    """
+    """A float32 scalar: 0 if every gradient is finite, else 1. `None`s are
+    ignored, an empty nest is finite, and integer gradients raise
+    `InvalidArgumentError`, as TF's loss scales did."""
     return nonfinite(pack(present_tensors(grads)).values)
 
 
@@ -60,17 +56,9 @@ def nonfinite(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
 
 def check_grads_and_vars(grads: Sequence[Gradient],
                          var_list: Sequence[tf.Variable]) -> None:
-    """Raises before any state changes if an apply could not succeed.
-
-    Args:
-        grads: The gradients (tensors, `IndexedSlices` or `None`).
-        var_list: The variables, in the same order.
-
-    Raises:
-        ValueError: If there are no pairs, every gradient is `None`, or a
-            gradient's static shape cannot be its variable's.
-        TypeError: If a variable is not a variable.
-    """
+    """Raises before any state changes if an apply could not succeed: a
+    ValueError for no pairs, only `None` gradients or a gradient whose static
+    shape cannot be its variable's; a TypeError for a non-variable."""
     if all(g is None for g in grads):
         names = [getattr(v, "name", repr(v)) for v in var_list]
         received = (
@@ -126,11 +114,8 @@ HUGE_SCALE = 2.0**126
 
 
 class Identities:
-    """Objects (tensors) known by identity, for as long as they live.
-
-    Weak references: an entry goes with its object, so nothing is kept
-    alive and a new object never inherits an old one's `id`.
-    """
+    """Objects known by identity, weakly: nothing is kept alive, and a new
+    object never inherits an old one's `id`."""
 
     def __init__(self) -> None:
         self._refs: dict[int, weakref.ref[Any]] = {}
@@ -155,13 +140,11 @@ class Identities:
 class HandedOut:
     """The gradients `get_unscaled_gradients` handed out, found by identity.
 
-    Each one is unscaled already, and is never unscaled again (`issued`),
-    eagerly and in a graph. Beside that, the TF 2.x protocol passes the very
-    list it handed out to `apply_gradients`, which would pack it again:
-    remembering the `Packed` behind each list saves that second stack and
-    unstack. Only lists of graph tensors are remembered so (inside a
-    `tf.function`, where the ops are paid on every step). Such an entry is
-    used at most once; any other list, even an equal one, is packed afresh.
+    They are never unscaled again (`issued`). In a graph, where ops cost on
+    every step, the `Packed` behind each list is kept too: the TF 2.x
+    protocol passes that very list to `apply_gradients`, which then need not
+    pack it again. Such an entry is used once; any other list, even an equal
+    one, is packed afresh.
     """
 
     _MAX_ENTRIES = 8  # Replica threads each trace their own; keep it small.
@@ -210,12 +193,9 @@ def _stackable(grad: Gradient) -> bool:
 
 
 def overwrites(variable: Any) -> bool:
-    """Whether `variable`'s "gradient" is its next value, not a gradient.
-
-    Keras 3's `overwrite_with_gradient` (float8 layers keep their scales and
-    amax histories so): Keras 3 optimizers assign such a gradient to the
-    variable, and neither unscale it nor sum it over replicas.
-    """
+    """Whether `variable`'s "gradient" is its next value: Keras 3's
+    `overwrite_with_gradient` (float8 layers' scales). Keras 3 optimizers
+    assign it, and neither unscale it nor sum it over replicas."""
     return bool(getattr(variable, "overwrite_with_gradient", False))
 
 
@@ -252,13 +232,11 @@ class Packed:
 
     `values` are the float tensors to check or scale: one stack per group of
     two or more small dense gradients of the same shape and dtype, every
-    other dense gradient as it is, and each `IndexedSlices`' values. `aux`
-    holds the indices and dense shapes of the `IndexedSlices`. `unpack`
-    rebuilds the list from (possibly transformed) `values`; elementwise
-    transforms give bit-identical results to applying them per gradient.
-    The values in `raw` (indices into `values`) are new variable values (see
-    `overwrites`): checked, never scaled or summed over replicas. `plan`
-    has one `PlanEntry` per gradient: where `unpack` finds it.
+    other dense gradient, and each `IndexedSlices`' values. `aux` holds the
+    `IndexedSlices`' indices and dense shapes. `raw` indexes the values that
+    are new variable values (`overwrites`): checked, never scaled or summed.
+    `unpack` rebuilds the list; an elementwise transform of `values` gives
+    bit-identical results to applying it per gradient.
     """
 
     def __init__(self, values: list[tf.Tensor],
@@ -277,27 +255,19 @@ class Packed:
                       self.raw)
 
     def scaled(self, factor: Any) -> Packed:
-        """Returns a Packed whose values are multiplied by `factor`.
-
-        `factor` is cast to each value's dtype, as `scale_by` does; `raw`
-        values stay as they are.
-        """
+        """A Packed whose values, but the `raw` ones, are multiplied by
+        `factor` cast to their dtype."""
         return self._with_values([
             v if i in self.raw else scale_by(v, factor)
             for i, v in enumerate(self.values)
         ])
 
     def unscaled(self, scale: Any) -> Packed:
-        """Returns a Packed whose values are divided by the loss scale.
+        """A Packed whose values are divided by the positive `scale`.
 
-        For scales up to `HUGE_SCALE` (all ordinary ones) each value is
-        multiplied by the float32 reciprocal of `scale` cast to its dtype, as
-        TF did. Above it, that reciprocal would be flushed to zero, so the
-        values are divided in float64 instead. When `scale` is not known
-        while tracing, a cond picks the path at run time.
-
-        Args:
-            scale: A float32 scalar (tensor or Python number), positive.
+        Up to `HUGE_SCALE` (every ordinary scale), they are multiplied by the
+        float32 reciprocal cast to their dtype, to match TF; above it, divided
+        in float64. If `scale` is not known while tracing, a cond picks.
         """
         scale = tf.convert_to_tensor(scale, tf.float32)
 
@@ -334,14 +304,9 @@ class Packed:
                 if isinstance(entry, Sparse)}
 
     def summands(self) -> list[tf.Tensor]:
-        """What a sum over replicas adds up: every value but the `raw` ones.
-
-        `IndexedSlices` are whole (so that they stay sparse). See
-        `replicas.all_reduced`, which puts the sums back with `with_sums`.
-
-        Returns:
-            A list of tensors and `IndexedSlices`.
-        """
+        """What a sum over replicas adds up: every value but the `raw` ones,
+        `IndexedSlices` whole (so they stay sparse). `with_sums` puts the
+        sums back."""
         sparse = self._sparse_aux()
         return [
             tf.IndexedSlices(value, *self.aux[sparse[i]]) if i in sparse
@@ -364,16 +329,8 @@ class Packed:
 
     def nonfinite_per_gradient(
             self, values: Sequence[tf.Tensor] | None = None) -> tf.Tensor:
-        """An int32 vector, one entry per gradient: 1 where it has an Inf/NaN.
-
-        Computed on the packed values (a stack gives one flag per member with
-        one reduction) and put in gradient order with one gather, so the op
-        count does not grow with the number of gradients. `None` entries are
-        0.
-
-        Args:
-            values: Tensors shaped like `self.values` (default: our own).
-        """
+        """An int32 vector, one entry per gradient: 1 where it has an Inf/NaN,
+        0 for `None`. `values` stand for `self.values`."""
         def flags(rows: tf.Tensor) -> tf.Tensor:
             finite = tf.reduce_all(tf.math.is_finite(rows), axis=1)
             return 1 - tf.cast(finite, tf.int32)
@@ -383,22 +340,12 @@ class Packed:
     def per_gradient(self, reduce_fn: Callable[[tf.Tensor], tf.Tensor],
                      missing: Any,
                      values: Sequence[tf.Tensor] | None = None) -> tf.Tensor:
-        """A few numbers per gradient, computed on the packed values.
+        """A float32 matrix of `reduce_fn`'s numbers, one row per gradient.
 
-        Like `nonfinite_per_gradient`: a stack is reduced once for all its
-        members, and the results are put in gradient order with one gather.
-
-        Args:
-            reduce_fn: Takes a float32 matrix, one row per gradient (its
-                elements flattened; an `IndexedSlices`' values), and
-                returns a float32 matrix with one row per gradient and one
-                column per number.
-            missing: The numbers for `None` gradients (a list, one per
-                column).
-            values: Tensors shaped like `self.values` (default: our own).
-
-        Returns:
-            A float32 matrix: one row per gradient, one column per number.
+        `reduce_fn` maps a float32 matrix with one row per gradient (its
+        elements flattened; an `IndexedSlices`' values) to one row of numbers
+        per gradient. `missing` is the row for `None` gradients. `values`
+        stand for `self.values`.
         """
         return self._per_row(
             lambda rows: reduce_fn(tf.cast(rows, tf.float32)),
@@ -409,11 +356,9 @@ class Packed:
                  values: Sequence[tf.Tensor] | None) -> tf.Tensor:
         """`reduce_rows` of every packed value, rows in gradient order.
 
-        Each value is a matrix with one row per gradient it holds (a
-        stack's members; else its one gradient), elements flattened.
-        `reduce_rows` maps it to one result row per gradient, and one
-        gather puts them in gradient order, with `missing` (one row) for
-        `None` gradients.
+        A stack is reduced once for all its members, and one gather puts the
+        rows in order (`missing` for `None`s): the op count does not grow
+        with the number of gradients.
         """
         values = self.values if values is None else values
         stacks = {entry.index for entry in self._plan
@@ -436,16 +381,8 @@ class Packed:
     def unpack(self, values: Sequence[tf.Tensor] | None = None,
                aux: Sequence[tuple[tf.Tensor, tf.Tensor]] | None = None
                ) -> list[Gradient]:
-        """The gradient list, rebuilt from `values` and `aux` (or our own).
-
-        Args:
-            values: Tensors shaped like `self.values`, e.g. the per-replica
-                copies of them inside `strategy.run`.
-            aux: Tensors shaped like `self.aux`.
-
-        Returns:
-            A list of gradients in the original order, `None`s kept.
-        """
+        """The gradient list, `None`s kept, rebuilt from `values` and `aux`
+        (default: our own; e.g. a replica's copies in `strategy.run`)."""
         values = self.values if values is None else values
         aux = self.aux if aux is None else aux
         unstacked: dict[int, list[tf.Tensor]] = {}
@@ -469,16 +406,8 @@ class Packed:
 
 def pack(grads: Sequence[Gradient],
          var_list: Sequence[Any] | None = None) -> Packed:
-    """Groups a flat list of gradients into a `Packed`.
-
-    Args:
-        grads: Gradients: tensors, `IndexedSlices` or `None`.
-        var_list: Their variables, if known: the gradients of those that
-            `overwrites` are kept apart, as `raw` values.
-
-    Returns:
-        A `Packed`.
-    """
+    """Groups a flat list of gradients into a `Packed`. Given their
+    variables, those that `overwrites` give `raw` values."""
     grads = [
         g if g is None or isinstance(g, tf.IndexedSlices)
         else tf.convert_to_tensor(g)

@@ -1,29 +1,23 @@
 """One step of a loss scale optimizer, top to bottom.
 
-`ApplyStep` owns what `LossScaleOptimizer.apply_gradients` does with a list
-of gradients (the optimizer only says whether they are still scaled):
+`ApplyStep` does what `LossScaleOptimizer.apply_gradients` does with a
+list of gradients:
 
     1. validate  replica context, strategy, graph, gradient/variable pairs;
                  every check comes before the first state change
     2. build     the inner optimizer's variables (never inside the cond)
     3. pack      small gradients stacked (`packing.Packed`), unscaled if the
                  loss went through `scale_loss`
-    4. sum       over replicas, as the inner optimizer would (its aggregator),
-                 so that the check sees what is applied; an optimizer that
-                 overrides `apply_gradients` sums itself, as in TF 2.4
+    4. sum       over replicas, as the inner optimizer would, so that the
+                 check sees what is applied
     5. check     one finite check on the stacks, one scalar all-reduce
-                 (`replicas.all_finite`); with gradient accumulation on the
-                 window's sums so far
     6. decide    a dynamic scale's new scale and counter, branch-free
-                 (`loss_scale.advance`)
-    7. apply or skip, on every replica alike (`replicas.cond_on_all_replicas`)
+    7. apply or skip, on every replica alike
 
-A fixed scale needs no check: steps 5 and 6 and the cond disappear. For a
-user's `LossScale`, steps 5 and 6 are its `update(grads)`. On a skipped step
-no variable or slot changes: the inner optimizer only counts the step,
-`skipped_steps` grows by one and the overflow record is updated. With
-gradient accumulation a window's first non-finite call drops the window
-(its sums are zeroed) and is the one counted in `skipped_steps`.
+A fixed scale has no steps 5 and 6 and no cond. A user's `LossScale` does
+steps 5 and 6 in its `update(grads)`. A skipped step changes no variable or
+slot: the inner optimizer counts it, `skipped_steps` grows and the overflow
+record says why.
 """
 
 from __future__ import annotations
@@ -45,56 +39,32 @@ from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 
 class Window(typing.NamedTuple):
-    """With gradient accumulation: where one call stands in its window.
+    """Where a call stands in its gradient accumulation window."""
 
-    Attributes:
-        first_overflow: A bool tensor: this call is the window's first
-            non-finite one (the window is dropped: the skip is counted now).
-        ends: A bool tensor: this call ends the window.
-    """
-
-    first_overflow: tf.Tensor
-    ends: tf.Tensor
+    first_overflow: tf.Tensor  # The window's first non-finite call: skip now.
+    ends: tf.Tensor  # This call ends the window.
 
 
 class Verdict(typing.NamedTuple):
-    """What steps 5 and 6 decided: one per step, read by step 7.
+    """What steps 5 and 6 decided, for step 7."""
 
-    Attributes:
-        update_op: The loss scale's update op in a graph (None eagerly).
-        should_apply: A bool tensor, or a Python bool known while tracing.
-        checked: The `packing.Packed` gradients that were checked (with
-            accumulation: the window's sums), for a skipped step's record.
-        window: With gradient accumulation, this call's `Window`; else None.
-    """
-
-    update_op: Any
-    should_apply: bool | tf.Tensor
-    checked: packing.Packed
-    window: Window | None
+    update_op: Any  # None eagerly.
+    should_apply: bool | tf.Tensor  # A Python bool if known while tracing.
+    checked: packing.Packed  # With accumulation, the window's sums.
+    window: Window | None  # None without accumulation.
 
 
 class ApplyStep(tf.Module):
     """Applies or skips a step's gradients; holds `skipped_steps`.
 
-    A `tf.Module`, so that a SavedModel of a traced step can track the
-    variables it captures (`checkpointing.Layout`). Its state is
-    `tf.Variable`s. Besides its arguments and frozen settings (the overflow
-    record's limits, whether the inner optimizer accumulates), the step
-    reads in Python, while tracing, two values that change and are never
-    cleared:
+    A `tf.Module`, so that a SavedModel of a traced step tracks the variables
+    it captures. Beside frozen settings, it reads two Python values while
+    tracing. Both change and are never cleared:
 
-    * `report.enabled`: set by `LossScaleMonitor` (which retraces the train
-      function), read by `__call__`; while it is set, the report adds its
-      variables per distinct variable list.
-    * The overflow record's `variable_names`: `__call__` adds the names of
-      each new variable list (a trace keeps its index); it grows only as
-      the program's distinct variable lists do.
-
-    Args:
-        inner: The `inner_optimizer.InnerOptimizer`.
-        loss_scale: The `LossScale`.
-        overflow: The `training_health.OverflowRecord`.
+    * `report.enabled`: set by `LossScaleMonitor`, which retraces. While it
+      is set, the report adds variables for each distinct variable list.
+    * The overflow record's `variable_names`: one entry for each distinct
+      variable list. A trace keeps its index.
     """
 
     def __init__(self, inner: inner_lib.InnerOptimizer,
@@ -124,24 +94,13 @@ class ApplyStep(tf.Module):
                  aggregate: bool = True, scaled: bool = False,
                  unpacked_from: packing.Packed | None = None,
                  loss_nonfinite: tf.Tensor | None = None) -> Any:
-        """Runs the step.
+        """Runs the step; in a `tf.compat.v1` graph, returns its op.
 
-        Args:
-            grads: The gradients, unscaled unless `scaled`.
-            var_list: Their variables, in the same order.
-            name: Passed to the inner optimizer's `apply_gradients` (see
-                `inner_optimizer.name_argument`).
-            aggregate: Whether the gradients still need summing over
-                replicas.
-            scaled: Whether the gradients are still multiplied by the loss
-                scale (Keras 3's protocol: `scale_loss`, then `apply`).
-            unpacked_from: The `packing.Packed` whose `unpack()` `grads`
-                is (`get_unscaled_gradients` packed them), or None.
-            loss_nonfinite: A bool tensor, whether the loss scaled for this
-                step was not finite, or None if the optimizer saw no loss.
-
-        Returns:
-            In a `tf.compat.v1` graph, the op that runs the step; else None.
+        `grads` are unscaled unless `scaled` (Keras 3's `scale_loss`, then
+        `apply`). `aggregate` says they still need summing over replicas.
+        `unpacked_from` is the `packing.Packed` that `get_unscaled_gradients`
+        unpacked into `grads`, or None. `loss_nonfinite` is a bool tensor for
+        this step's loss, or None if the optimizer saw no loss.
         """
         grads, var_list = list(grads), list(var_list)
         # 1. Validate.
@@ -155,14 +114,12 @@ class ApplyStep(tf.Module):
         self._inner.check_variables(var_list)
         # 3. Pack.
         packed = self._pack(grads, var_list, scaled, unpacked_from)
-        # 4. Sum over replicas, as the inner optimizer's apply would; the
-        # kind says whether its apply must still sum. A subclass's own
-        # apply_gradients gets each replica's gradients, as in TF 2.4.
+        # 4. Sum over replicas, as the inner optimizer would. A subclass's
+        # own apply_gradients gets each replica's gradients and sums them.
         if aggregate and not self._inner.overrides_apply_gradients():
             packed, aggregate = self._inner.aggregated(packed, var_list)
-        # Read before the update (the overflow record wants the scale a
-        # skipped step was taken with); in a tf.compat.v1 graph, nothing
-        # else would order the read first.
+        # Read before the update: a skipped step records the scale it was
+        # taken with. In a tf.compat.v1 graph only this orders the read.
         scale = self._loss_scale()
         # 5. and 6. Check and decide.
         with tf.control_dependencies([scale]):
@@ -189,11 +146,8 @@ class ApplyStep(tf.Module):
         return replicas.grouped((verdict.update_op, step_op)) if v1_graph else None
 
     def _check_accumulation(self) -> None:
-        """Step 1: accumulation is what it was when the step was made.
-
-        A window's state (`window_overflowed`) exists only if the inner
-        optimizer accumulated then.
-        """
+        """Step 1: the window's state exists only if the inner optimizer
+        accumulated when wrapped."""
         steps = self._inner.accumulation_steps
         if steps and self.window_overflowed is None:
             raise ValueError(
@@ -208,11 +162,8 @@ class ApplyStep(tf.Module):
     def _apply(self, values: list[tf.Tensor], aux: Any,
                var_list: list[tf.Variable], *, packed: packing.Packed,
                name: str | None, aggregate: bool) -> Any:
-        """Step 7, applied: the inner optimizer applies the gradients.
-
-        `values` and `aux` are `packed`'s, as the branch (each replica's,
-        under a strategy) received them.
-        """
+        """Step 7, applied. `values` and `aux` are `packed`'s, as the
+        branch received them (under a strategy, each replica's)."""
         # Every gradient must come from the branch's graph: a mix of
         # captured and branch tensors breaks the gradient of Keras 3's
         # all-reduce (a custom_gradient, used even with no strategy).
@@ -223,11 +174,9 @@ class ApplyStep(tf.Module):
     def _skip(self, values: list[tf.Tensor], scale: tf.Tensor,
               loss_nonfinite: tf.Tensor | None, window: Window | None, *,
               checked: packing.Packed, names_id: int) -> None:
-        """Step 7, skipped: no variable or slot changes; the step counts.
-
-        `values` are `checked`'s, as the branch received them. With gradient
-        accumulation, only a window's first non-finite call counts as a
-        skipped step; the window's other calls only count in `iterations`.
+        """Step 7, skipped. `values` are `checked`'s, as the branch
+        received them. With gradient accumulation only a window's first
+        non-finite call counts as skipped; the others count in `iterations`.
         """
 
         def count() -> None:
@@ -252,13 +201,9 @@ class ApplyStep(tf.Module):
 
     def _pack(self, grads: list[packing.Gradient], var_list: list[tf.Variable],
               scaled: bool, packed: packing.Packed | None) -> packing.Packed:
-        """Step 3: the gradients packed, and unscaled if `scaled`.
-
-        Small gradients travel stacked (see `packing.Packed`): one op
-        unscales or checks many of them, and the cond gets few inputs. The
-        TF 2.x protocol's `get_unscaled_gradients` packed them already
-        (`packed`, unless None).
-        """
+        """Step 3. Stacked, one op unscales or checks many small gradients,
+        and the cond gets few inputs. `packed` is what
+        `get_unscaled_gradients` packed, or None."""
         if packed is not None and any(map(packing.overwrites, var_list)):
             packed = None  # Packed without the variables: see `pack`.
         if packed is None:
@@ -269,14 +214,12 @@ class ApplyStep(tf.Module):
 
     def _decide(self, packed: packing.Packed,
                 var_list: list[tf.Variable]) -> Verdict:
-        """Steps 5 and 6: the finite check and the loss scale's rule.
+        """Steps 5 and 6.
 
-        With gradient accumulation on the inner optimizer, the loss scale
-        sees one step per window: every call checks the window's sums so
-        far (this call's gradients included), so that the accumulators
-        never hold a non-finite value. The window's first non-finite call
-        skips the whole window: it empties the accumulators and backs off
-        once, and the window's later calls are dropped up to its end.
+        With gradient accumulation the loss scale sees one step per window.
+        Each call checks the window's sums so far, so the accumulators never
+        hold a non-finite value. The first non-finite call empties them and
+        backs off once; the window's later calls are dropped.
         """
         window = self._inner.accumulation_window(var_list)
         accumulating = window is not None
@@ -335,12 +278,9 @@ def _nonfinite_flags(checked: packing.Packed, values: list[tf.Tensor],
 
 
 def _one_op(fn: Callable[..., None]) -> Callable[..., tf.Tensor]:
-    """`fn` as a `tf.function`, for a `tf.compat.v1` graph.
-
-    A cond branch there runs only what its result depends on, in no set
-    order; a function call runs all of the function's stateful ops in
-    program order, as in TF 2.
-    """
+    """`fn` as a `tf.function`, for a `tf.compat.v1` graph. There a cond
+    branch runs only what its result depends on, in no set order; a function
+    call runs all its stateful ops in program order."""
 
     @tf.function(autograph=False)
     def call(*args: Any) -> tf.Tensor:

@@ -33,60 +33,44 @@ class LossScaleOptimizer(
 ):
     """An optimizer that applies loss scaling to prevent numeric underflow.
 
-    The TF 2.4 `tf.keras.mixed_precision.LossScaleOptimizer`, on Keras 3.
-    Multiply the loss by the loss scale with `get_scaled_loss`, compute
-    gradients, divide them again with `get_unscaled_gradients`, and pass them
-    to `apply_gradients`. With a dynamic loss scale, a step whose gradients
-    contain an Inf or NaN is skipped (variables and slots are left as they
-    were, `iterations` still advances), and the scale is halved; after
-    `dynamic_growth_steps` finite steps in a row it is doubled.
-
-    It is an instance of Keras 3's `LossScaleOptimizer`, so `model.compile`
-    never wraps it a second time.
-
-    The constructor takes TF 2.4's arguments (positionally too) and Keras
-    3's keywords (`initial_scale`, `dynamic_growth_steps`, `name`); Keras 3
-    configs load with `from_config`.
+    TF 2.4's `tf.keras.mixed_precision.LossScaleOptimizer` on Keras 3, and an
+    instance of Keras 3's `LossScaleOptimizer`, which `model.compile` never
+    wraps again. Scale the loss with `get_scaled_loss`, compute gradients,
+    unscale them with `get_unscaled_gradients` and pass them to
+    `apply_gradients`. With a dynamic loss scale, a step whose gradients
+    hold an Inf or NaN is skipped (no variable or slot changes; `iterations`
+    advances) and the scale halves. After `dynamic_growth_steps` finite
+    steps in a row it doubles.
 
     Args:
-        inner_optimizer: The optimizer to wrap: a Keras 3 optimizer, or a
-            tf_keras (legacy) optimizer in custom training loops.
-        dynamic: Whether the loss scale changes during training. Must be a
-            bool.
-        initial_scale: The starting loss scale, a number that is positive
-            and finite as a float32. Defaults to 2**15 when `dynamic` is
-            True; required when it is False.
+        inner_optimizer: The optimizer to wrap: a Keras 3 optimizer, or in
+            custom training loops a tf_keras one.
+        dynamic: Whether the loss scale changes during training (a bool).
+        initial_scale: The starting loss scale, positive and finite as a
+            float32. Defaults to 2**15 if `dynamic`, else required.
         dynamic_growth_steps: Finite steps before the scale doubles, an
-            integer of at least 1 (integral floats such as 2.0 are accepted,
-            as in TF 2.4). Defaults to 2000; must be None when `dynamic` is
-            False.
-        name: The optimizer's name (Keras 3's argument). Defaults to one
-            that Keras makes up; a name passed here is in `get_config()`.
-        max_consecutive_skips: None (default), or an int K >= 1: the
-            (K+1)-th step in a row skipped for non-finite gradients raises
-            an error naming the variables whose gradients were not finite
-            (a tf_lso addition; see `last_overflow`).
-        print_overflows: If True, every skipped step prints (`tf.print`, to
-            stderr) which variables' gradients were not finite, and whether
-            the loss itself was; not under `jit_compile=True`. Default
-            False.
-        stop_on_nonfinite_loss: If True, the first step skipped because the
-            loss itself was not finite raises an error (after the step is
-            skipped and recorded): lowering the loss scale cannot help
-            there. Default False (TF 2.4's behaviour: skip and back off).
-            Not under `jit_compile=True`, where XLA drops assertions (use
+            integer of at least 1. Defaults to 2000 if `dynamic`, else must
+            be None.
+        name: The optimizer's name; in `get_config()` only if passed.
+        max_consecutive_skips: None, or an int K >= 1: the (K+1)-th step in
+            a row skipped raises an error naming the variables whose
+            gradients were not finite.
+        print_overflows: Whether each skipped step prints to stderr which
+            gradients were not finite, and whether the loss was. Not under
+            `jit_compile=True`.
+        stop_on_nonfinite_loss: Whether the first step skipped because the
+            loss itself was not finite raises, after it is recorded: a lower
+            loss scale cannot help there. Not under `jit_compile=True` (use
             `LossScaleMonitor`).
-        **kwargs: Keras 3's base optimizer arguments (`clipnorm`,
-            `weight_decay`, ...), accepted at their defaults only, as Keras
-            3's class does: set them on the inner optimizer.
+        **kwargs: Keras 3's base optimizer arguments, at their defaults
+            only: set them on the inner optimizer.
 
     Raises:
-        TypeError: If `inner_optimizer` is not a supported optimizer or is a
-            loss scale optimizer, or if `dynamic` is not a bool.
-        ValueError: For invalid scale arguments, an unsupported
-            distribution strategy, an `inner_optimizer` that another loss
-            scale optimizer wraps already, a base optimizer argument that
-            belongs to the inner optimizer, or an unknown keyword.
+        TypeError: For an unsupported or loss scale `inner_optimizer`, or a
+            `dynamic` that is not a bool.
+        ValueError: For invalid scale arguments, an unsupported strategy, an
+            `inner_optimizer` wrapped already, a base optimizer argument, or
+            an unknown keyword.
 
     >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(1.0),
     ...                                 initial_scale=8)
@@ -144,32 +128,16 @@ class LossScaleOptimizer(
         # `forwarding.start_forwarding`, last.
         keras.optimizers.Optimizer.__init__(self, learning_rate=0.0,
                                             name=name)
-        # Only a name that was passed is configuration (as in TF 2.4's
-        # config, which has none).
-        self._given_name = name
+        self._given_name = name  # Only a name passed is config.
         self._loss_scale = loss_scale
-        # What the protocol's calls hand to each other beside tensors: the
-        # optimizer's only Python-side state, kept here and passed to the
-        # step as arguments (the step's own is in ApplyStep's docstring).
-        # - The loss scaled last in each thread (up to 64 threads): set by
-        #   get_scaled_loss and scale_loss (`_scaled`), taken (read and
-        #   cleared) by the next apply_gradients or apply in that thread.
-        #   It says whether its gradients are still scaled (scale_loss's,
-        #   until get_unscaled_gradients), so that apply_gradients unscales
-        #   them; for the graph it was scaled in, whether the loss was
-        #   finite (the skipped step's cause), and whether get_scaled_loss's
-        #   gradients are still due get_unscaled_gradients (reading
-        #   `loss_scale` clears that too), for apply_gradients' warning,
-        #   issued once per optimizer.
+        # The protocol's Python state, handed to the step as arguments:
+        # - each thread's last scaled loss: set by get_scaled_loss and
+        #   scale_loss, taken by the thread's next apply(_gradients);
         self._seen_losses = training_health.SeenLosses()
-        # - The gradients get_unscaled_gradients handed out (weakly, by
-        #   identity), which are never unscaled again; in a graph also the
-        #   Packed behind each list, so that apply_gradients does not pack
-        #   it again: taken by the apply_gradients or apply it is passed to;
-        #   all dropped when a ninth is handed out.
+        # - what get_unscaled_gradients returned, never unscaled again; in a
+        #   graph also its Packed, taken by the apply it is passed to;
         self._handed_out = packing.HandedOut()
-        # - The losses get_scaled_loss and scale_loss returned (weakly, by
-        #   identity), which are never scaled again.
+        # - what get_scaled_loss and scale_loss returned, never scaled again.
         self._scaled_losses = packing.Identities()
         # Not checkpointed: the layout stays TF 2.4's.
         self._overflow = training_health.OverflowRecord(
@@ -189,18 +157,14 @@ class LossScaleOptimizer(
     # -- Loss scale state ---------------------------------------------------
 
     def _settings(self) -> settings_lib.OptimizerSettings:
-        # A custom LossScale (TF 2.1-2.3 allowed them) has no TF 2.4
-        # settings: whether it changes is unknown too.
+        # A custom LossScale has no TF 2.4 settings, not even `dynamic`.
         return (settings_lib.describe(self._loss_scale)
                 or settings_lib.NO_SETTINGS)
 
     @property
     def dynamic(self) -> bool | None:
-        """Whether the loss scale is updated during training.
-
-        None for a custom `LossScale` subclass, which TF 2.4's arguments
-        cannot describe (`tf_lso.experimental.LossScaleOptimizer` only).
-        """
+        """Whether the loss scale is updated during training; None for a
+        custom `LossScale` (`tf_lso.experimental.LossScaleOptimizer` only)."""
         return self._settings().dynamic
 
     @property
@@ -218,12 +182,9 @@ class LossScaleOptimizer(
     def skipped_steps(self) -> tf.Variable:
         """The int64 number of steps skipped for non-finite gradients.
 
-        Counts the steps skipped since this optimizer was created, or since
-        the training its `.keras` or `.weights.h5` file was saved from began
-        (it is not in `tf.train.Checkpoint`s, whose layout stays TF 2.4's:
-        add it as an entry of its own to keep it there). A tf_lso
-        addition: neither TF nor Keras 3 report skipped steps. Under a
-        distribution strategy it is a `MirroredVariable`: read it with
+        A tf_lso addition. `.keras` and `.weights.h5` files keep it;
+        `tf.train.Checkpoint`s keep TF 2.4's layout, so add it as an entry
+        of its own. Under a strategy, read it with
         `int(opt.skipped_steps.numpy())`.
         """
         return self._step.skipped_steps
@@ -232,11 +193,9 @@ class LossScaleOptimizer(
     def skipped_steps_at_floor(self) -> tf.Variable:
         """The int64 number of steps skipped with the loss scale at 1 or below.
 
-        At that floor backing off cannot help: the gradients overflow
-        without any scaling (`LossScaleMonitor` warns when it grows). A
-        step skipped at a higher scale, which halves it to 1, does not
-        count. A tf_lso addition, not saved in checkpoints, like
-        `skipped_steps`.
+        There backing off cannot help: the gradients overflow unscaled
+        (`LossScaleMonitor` warns when it grows). A tf_lso addition, not in
+        checkpoints.
 
         >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(1.0),
         ...                                 initial_scale=1)
@@ -249,17 +208,8 @@ class LossScaleOptimizer(
 
     @property
     def last_overflow(self) -> training_health.Overflow | None:
-        """The last step skipped for non-finite gradients, or None. Eager only.
-
-        A `tf_lso.Overflow(step, count, variables, consecutive_skips)`: the
-        `iterations` value of the skipped step, how many gradients were not
-        finite, the names of (up to 8 of) their variables, and how many
-        steps in a row had been skipped then. Recorded on device on skipped
-        steps only; not saved in checkpoints.
-
-        Raises:
-            RuntimeError: Inside a `tf.function`.
-        """
+        """The last skipped step as a `tf_lso.Overflow`, or None; not in
+        checkpoints. Eager only: a RuntimeError inside a `tf.function`."""
         return self._overflow.last()
 
     @property
@@ -281,10 +231,10 @@ class LossScaleOptimizer(
     def nonfinite_loss_steps(self) -> tf.Variable:
         """The int64 number of steps skipped because the loss was not finite.
 
-        Steps whose loss the optimizer saw (`get_scaled_loss`, `scale_loss`,
-        `minimize`, `fit`) and found to hold an Inf or NaN, on any replica:
-        a bug or bad data rather than an overflow, which no loss scale can
-        help. A tf_lso addition, not saved in checkpoints.
+        Steps whose loss the optimizer saw (`get_scaled_loss`,
+        `scale_loss`, `minimize`, `fit`) hold an Inf or NaN on any replica:
+        a bug or bad data, which no loss scale helps. A tf_lso addition, not
+        in checkpoints.
 
         >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(1.0))
         >>> var = tf.Variable(1.0)
@@ -304,30 +254,19 @@ class LossScaleOptimizer(
         *,
         scaled: bool = False,
     ) -> training_health.GradientReport:
-        """How gradients sit in float16's range at the current loss scale.
+        """A `tf_lso.GradientReport`: how gradients sit in float16's range.
 
-        Underflow is silent: a scaled gradient element below float16's range
-        becomes 0 and the step learns less. For each gradient, multiplied by
-        the current loss scale (as the float16 backward pass holds it), the
-        report gives the share of elements that are exactly 0, the share
-        below float16's smallest normal (2**-14), and the headroom: how many
-        doublings the largest element has left before float16's maximum.
-        Call it before `apply_gradients`, which may change the scale. It
-        changes nothing and costs nothing when not called.
+        Underflow is silent: a scaled gradient element below float16's
+        range becomes 0 and the step learns less. The report is at the
+        current loss scale: call it before `apply_gradients`, which may
+        change the scale. It changes nothing.
 
         Args:
-            grads: Gradients (tensors, `IndexedSlices`: the rows they hold,
-                or `None`: NaN shares), unscaled as `get_unscaled_gradients`
-                returns them, or scaled with `scaled=True`.
-            variables: Their variables, for the names (default: the
-                positions, as strings).
-            scaled: Whether `grads` are gradients of the scaled loss (not
-                unscaled yet), as `tape.gradient(scaled_loss, ...)` returns
-                them.
-
-        Returns:
-            A `tf_lso.GradientReport`: NumPy values eagerly, tensors inside
-            a `tf.function`.
+            grads: Gradients (tensors, `IndexedSlices` or `None`), unscaled
+                as `get_unscaled_gradients` returns them unless `scaled`.
+            variables: Their variables, for the names (default: positions).
+            scaled: Whether `grads` are still scaled, as
+                `tape.gradient(scaled_loss, ...)` returns them.
 
         >>> opt = tf_lso.LossScaleOptimizer(tf.keras.optimizers.SGD(),
         ...                                 initial_scale=2**10)
@@ -357,21 +296,13 @@ class LossScaleOptimizer(
         return self._settings().growth_steps
 
     def build(self, var_list: Sequence[tf.Variable]) -> None:
-        """Creates the inner optimizer's variables for `var_list`.
-
-        Args:
-            var_list: The trainable variables the optimizer will update.
-        """
+        """Creates the inner optimizer's variables for `var_list`."""
         self._inner.build(list(var_list))
         compat.keras_set_trainable_variables(self, var_list)
         self.built = True
 
     def finalize_variable_values(self, var_list: Sequence[tf.Variable]) -> None:
-        """Forwards to the inner optimizer (Keras 3 EMA support).
-
-        Args:
-            var_list: The model's trainable variables.
-        """
+        """Forwards to the inner optimizer (Keras 3's EMA)."""
         self._inner.finalize(var_list)
 
     # -- Scaling ------------------------------------------------------------
@@ -379,17 +310,8 @@ class LossScaleOptimizer(
     def get_scaled_loss(
         self, loss: tf.Tensor | Callable[[], tf.Tensor]
     ) -> tf.Tensor | Callable[[], tf.Tensor]:
-        """Multiplies the loss by the loss scale.
-
-        Args:
-            loss: A loss tensor (any float dtype: the scale is cast to it;
-                vectors are scaled elementwise), or a zero-argument callable
-                returning one.
-
-        Returns:
-            The scaled loss, or a callable that returns it (reading the loss
-            scale when it is called).
-        """
+        """Multiplies `loss`, a float tensor, by the loss scale cast to its
+        dtype. A zero-argument callable gives one that scales when called."""
         if callable(loss):
 
             def scaled_loss() -> tf.Tensor:
@@ -404,10 +326,8 @@ class LossScaleOptimizer(
             # ...))` scales its loss again): once is enough.
             return loss
         loss = _float_tensor(loss)
-        # The loss before scaling: a skipped step's record says whether it
-        # was finite (`last_overflow.cause`), and whether its gradients
-        # are due `get_unscaled_gradients` (a `LossScalingWarning`) or
-        # come to apply_gradients scaled (Keras 3's `scale_loss`).
+        # Seen before scaling: whether it is finite, and how its gradients
+        # reach the apply (see `SeenLoss`).
         self._seen_losses.see(loss, unscale_due=not by_scale_loss,
                               still_scaled=by_scale_loss)
         scaled = packing.scale_by(loss, self._loss_scale())
@@ -417,27 +337,13 @@ class LossScaleOptimizer(
     def get_unscaled_gradients(
         self, grads: Sequence[packing.Gradient]
     ) -> list[packing.Gradient]:
-        """Divides gradients by the loss scale.
+        """Divides a list of gradients by the loss scale, in order; `None`
+        stays `None` and `IndexedSlices` stay `IndexedSlices`.
 
-        Multiplies each gradient by the float32 reciprocal of the loss scale,
-        cast to the gradient's dtype, as TF did. Above 2**126, where that
-        reciprocal is subnormal and CPU kernels flush it to zero, gradients
-        are divided by the scale in float64 instead.
-
-        It does not know the variables, so it also divides the gradients
-        of variables with Keras 3's `overwrite_with_gradient` (float8
-        layers), which are new values; `minimize`, `fit` and `apply` pass
-        those through unchanged.
-
-        A gradient that this method returned before is unscaled already: it
-        is returned as it is, never unscaled twice.
-
-        Args:
-            grads: A list of gradients; `None` entries stay `None` and
-                `IndexedSlices` stay `IndexedSlices`.
-
-        Returns:
-            A list of unscaled gradients, in the same order.
+        A gradient this method returned before is returned as it is, never
+        unscaled twice. It cannot tell the new values of Keras 3's
+        `overwrite_with_gradient` variables (float8) from gradients;
+        `minimize`, `fit` and `apply` pass those through unchanged.
         """
         self._seen_losses.unscaled()
         grads = list(grads)
@@ -461,12 +367,9 @@ class LossScaleOptimizer(
 
     def _for_the_step(self, grads: list[packing.Gradient],
                       scaled: bool) -> tuple[list[packing.Gradient], bool]:
-        """The gradients to hand to the step, and whether it unscales them.
-
-        `scaled` says whether the gradients are still scaled; those that
-        `get_unscaled_gradients` handed out never are. Where some are and
-        some are not, the scaled ones are unscaled here.
-        """
+        """The gradients for the step, and whether it must unscale them.
+        Those `get_unscaled_gradients` handed out are not scaled; if only
+        some are, the others are unscaled here."""
         issued = [self._handed_out.issued(g) for g in grads]
         present = [g is not None for g in grads]
         if not scaled or not any(issued):
@@ -478,16 +381,9 @@ class LossScaleOptimizer(
     def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
         """Keras 3's loss scaling: scales `loss` for the next apply.
 
-        `Model.fit` calls this and then passes the resulting *scaled*
-        gradients to `apply_gradients`. The next `apply_gradients` call
-        therefore unscales its gradients itself, unless
+        `Model.fit` calls it and passes the *scaled* gradients to
+        `apply_gradients`, which unscales them itself, unless
         `get_unscaled_gradients` was called in between.
-
-        Args:
-            loss: A loss tensor.
-
-        Returns:
-            The scaled loss.
         """
         return self._scaled(loss, by_scale_loss=True)
 
@@ -502,31 +398,27 @@ class LossScaleOptimizer(
         """Applies unscaled gradients, or skips the step if any is not finite.
 
         On a finite step the inner optimizer applies the gradients (its
-        clipping sees unscaled gradients) and the loss scale advances. On a
-        non-finite step no variable or slot changes, the loss scale backs off
-        and `iterations` still increases by one (TF 2.4 behaviour). Under a
-        distribution strategy a non-finite gradient on any replica makes every
-        replica skip.
+        clipping sees them unscaled) and the loss scale advances. A
+        non-finite gradient on any replica skips the step: no variable or
+        slot changes, the loss scale backs off, `iterations` still grows.
 
         Args:
             grads_and_vars: Pairs of (unscaled gradient, variable).
-            name: Passed to the inner optimizer's `apply_gradients` as its
-                second positional argument, as TF 2.2-2.4 did, where that
-                method takes one (Keras 3's takes none).
+            name: Passed to the inner optimizer's `apply_gradients` where
+                that takes a name (Keras 3's does not).
             experimental_aggregate_gradients: Whether the inner optimizer sums
-                gradients across replicas (pass False after your own
-                all-reduce).
+                gradients across replicas (False after your own all-reduce).
 
         Returns:
-            The inner optimizer's `iterations` variable; in a `tf.compat.v1`
-            graph, the op that runs the step (as TF 2.4 returned).
+            The inner optimizer's `iterations`; in a `tf.compat.v1` graph,
+            the op that runs the step.
 
         Raises:
             ValueError: In a cross-replica context or under an unsupported
-                distribution strategy.
+                strategy.
             RuntimeError: In a `tf.compat.v1` graph, unless the inner
-                optimizer is a tf_keras legacy one (the only kind that
-                updates variables there).
+                optimizer is a tf_keras legacy one (only those update
+                variables there).
         """
         seen = self._seen_losses.last()
         scaled = seen is not None and seen.still_scaled
@@ -550,17 +442,16 @@ class LossScaleOptimizer(
     ) -> None:
         """Keras 3's `apply`: applies *scaled* gradients.
 
-        It unscales them, except those that `get_unscaled_gradients` handed
-        out (unscaled already). After `get_unscaled_gradients` has unscaled
-        the gradients of the loss scaled last, other gradients are taken as
-        computed from its output, so unscaled, with a `LossScalingWarning`
-        (once): the intent cannot be known there.
+        It unscales them, except those `get_unscaled_gradients` returned.
+        Once that has unscaled the last loss's gradients, other gradients are
+        taken as computed from its output, so unscaled, with a
+        `LossScalingWarning` (once).
 
         Args:
             grads: Gradients of a loss scaled with `scale_loss` (or
                 `get_scaled_loss`).
-            trainable_variables: The variables, in the same order. Defaults to
-                the variables the optimizer was built with.
+            trainable_variables: The variables, in the same order; by
+                default those the optimizer was built with.
         """
         if trainable_variables is None:
             if not self.built:
@@ -585,11 +476,7 @@ class LossScaleOptimizer(
     def stateless_apply(
         self, optimizer_variables: Any, grads: Any, trainable_variables: Any
     ) -> NoReturn:
-        """Not available: Keras 3 has no stateless apply on TensorFlow.
-
-        Raises:
-            ValueError: Always, as Keras 3's TensorFlow optimizers do.
-        """
+        """Raises a ValueError, as Keras 3's optimizers do on TensorFlow."""
         raise ValueError(
             "stateless_apply is not supported with the TensorFlow backend "
             "(as it is incompatible with tf.distribute). Use apply() or "
@@ -604,21 +491,17 @@ class LossScaleOptimizer(
         name: str | None = None,
         tape: tf.GradientTape | None = None,
     ) -> tf.Variable:
-        """Scales the loss, differentiates, unscales and applies.
+        """Scales the loss, differentiates, unscales and applies; returns
+        what `apply_gradients` returns.
 
         Args:
-            loss: A zero-argument callable returning the loss, or a loss tensor
-                computed under `tape`.
+            loss: A zero-argument callable returning the loss, or a loss
+                tensor computed under `tape`.
             var_list: The variables to update, or a callable returning them.
             grad_loss: Optional gradient of the loss.
             name: Optional name for the apply step.
-            tape: The `tf.GradientTape` that recorded a tensor `loss`.
-
-        Returns:
-            What `apply_gradients` returns.
-
-        Raises:
-            ValueError: If `loss` is a tensor and no `tape` is given.
+            tape: The `tf.GradientTape` that recorded a tensor `loss`
+                (required then: a ValueError without it).
         """
         grads_and_vars = self._compute_gradients(loss, var_list, grad_loss, tape)
         return self.apply_gradients(grads_and_vars, name=name)
@@ -661,18 +544,8 @@ class LossScaleOptimizer(
     def get_gradients(
         self, loss: tf.Tensor, params: Sequence[tf.Variable]
     ) -> list[packing.Gradient]:
-        """Scaled-loss gradients with `tf.gradients` (graph mode only).
-
-        Args:
-            loss: A loss tensor.
-            params: The variables to differentiate with respect to.
-
-        Returns:
-            A list of unscaled gradients.
-
-        Raises:
-            RuntimeError: In eager mode; use a `tf.GradientTape` there.
-        """
+        """The unscaled gradients of `loss` for `params`, by `tf.gradients`.
+        Not eagerly (a RuntimeError): use a `tf.GradientTape` there."""
         if tf.executing_eagerly():
             raise RuntimeError(
                 "`get_gradients()` is not supported when eager execution is "
@@ -686,13 +559,9 @@ class LossScaleOptimizer(
     # -- Config -------------------------------------------------------------
 
     def get_config(self) -> dict[str, Any]:
-        """Returns the TF 2.4 config: the inner optimizer and scale settings.
-
-        Returns:
-            `{'inner_optimizer', 'dynamic', 'initial_scale',
-            'dynamic_growth_steps'}`, plus `name` if one was passed and
-            tf_lso's own settings if set. The current loss scale and counter
-            are state, not config: they live in checkpoints.
+        """Returns TF 2.4's config: `inner_optimizer`, `dynamic`,
+        `initial_scale`, `dynamic_growth_steps`, plus `name` if one was
+        passed and tf_lso's settings if set. The scale's state is not config.
         """
         return optimizer_config.tf24_config(
             self._inner.serialize(), self._settings(),
@@ -710,14 +579,10 @@ class LossScaleOptimizer(
         """Creates an optimizer from a TF 2.4, TF <= 2.3 or Keras 3 config.
 
         Args:
-            config: The output of `get_config()`; a TF <= 2.3 config (keys
-                `optimizer` and `loss_scale`) or a config of Keras 3's
-                `LossScaleOptimizer` (which has a `name`) also work.
-            custom_objects: Optional dict of custom classes for the inner
-                optimizer.
-
-        Returns:
-            A new optimizer.
+            config: `get_config()`'s output, a TF <= 2.3 config (`optimizer`
+                and `loss_scale`) or Keras 3's `LossScaleOptimizer`'s.
+            custom_objects: Optional dict of the inner optimizer's custom
+                classes.
 
         Raises:
             ValueError: For a TF <= 2.3 config whose loss scale has no TF 2.4
@@ -734,13 +599,8 @@ class LossScaleOptimizer(
 
 def _scaled_in_a_nested_function() -> ValueError:
     """The error for a `minimize` loss function that scaled its loss in a
-    `tf.function` of its own.
-
-    A loss the optimizer scaled is not scaled again, but a nested function's
-    output is a new tensor: it cannot be told apart from an unscaled loss,
-    and once the function is traced, nothing shows that it scales. TF 2.4
-    scaled such a loss twice, silently.
-    """
+    `tf.function` of its own: the output is a new tensor, which cannot be
+    told apart from an unscaled loss."""
     return ValueError(
         "minimize()'s loss function scaled its loss (get_scaled_loss or "
         "scale_loss) inside a tf.function of its own, so the loss it returns "

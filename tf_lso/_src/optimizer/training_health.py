@@ -1,18 +1,10 @@
 """Why steps are skipped, when a run can no longer learn, and underflow.
 
-On a skipped step, and only then (the finite path runs none of this), the
-optimizer records which variables' gradients were not finite: their count,
-the positions of the first few in the `apply_gradients` list, the step, how
-many steps in a row have been skipped, and the cause: whether the loss
-itself was not finite (`SeenLosses` keeps whether it was, from the
-optimizer's scaling of it to the apply), or only the gradients at this
-scale. The record lives in a few int64 variables on device (not in
-checkpoints, whose layout stays TF 2.4's), so nothing syncs with the host;
-`Overflow` reads it back with variable names.
-
-`GradientReport` is the opt-in underflow and headroom report: per variable,
-which share of the scaled gradient's elements float16 would hold as zero or
-below its smallest normal, and how many doublings the largest has left.
+Only a skipped step records, in int64 variables on device (so nothing
+syncs with the host): which variables' gradients were not finite, the step,
+how many steps in a row were skipped, and whether the loss itself was not
+finite. `Overflow` reads the record back with variable names.
+`GradientReport` is the opt-in underflow and headroom report.
 """
 
 from __future__ import annotations
@@ -69,16 +61,14 @@ class Overflow(collections.namedtuple(
 
     Attributes:
         step: The optimizer's `iterations` when the step was skipped.
-        count: How many gradients (one per variable) were not finite.
+        count: How many gradients were not finite.
         variables: The names (Keras `path`, else `name`) of the first
-            `min(count, 8)` of those variables, in `apply_gradients` order.
+            `min(count, 8)` of their variables, in `apply_gradients` order.
         consecutive_skips: Steps skipped in a row up to that step.
-        cause: `"loss"` if the loss itself was not finite (on any replica):
-            a bug or bad data, which no loss scale can help; `"gradients"`
-            if the loss was finite and the gradients overflowed at this
-            scale; None if the optimizer did not see the step's loss (it
-            sees it in `get_scaled_loss`, `scale_loss`, `minimize` and
-            `fit`, not when only `apply_gradients` is called).
+        cause: `"loss"` if the loss itself was not finite on any replica,
+            which no loss scale helps; `"gradients"` if only the gradients
+            overflowed at this scale; None if the optimizer did not see the
+            loss (only `apply_gradients` was called).
     """
 
 
@@ -87,25 +77,14 @@ def variable_name(variable: Any) -> str:
 
 
 def host_int(variable: Any) -> int:
-    """A scalar variable's value as a Python int, eagerly.
-
-    Under a distribution strategy too, where `int()` of a `MirroredVariable`
-    is a TypeError: `.numpy()` reads every kind of variable (the local copy,
-    which every replica keeps equal).
-    """
+    """A scalar variable's value as a Python int, eagerly; under a strategy
+    too, where `int()` of a `MirroredVariable` is a TypeError."""
     return int(variable.numpy())
 
 
 class OverflowRecord(tf.Module):
     """The on-device record of skipped steps, and the stuck-run guard.
-
-    Args:
-        max_consecutive_skips: None, or an int K >= 1: the (K+1)-th skipped
-            step in a row raises.
-        print_overflows: Whether skipped steps print their record.
-        stop_on_nonfinite_loss: Whether a step skipped with a non-finite
-            loss raises.
-    """
+    Its arguments are the optimizer's of the same names."""
 
     def __init__(self, max_consecutive_skips: int | None = None,
                  print_overflows: bool = False,
@@ -154,19 +133,9 @@ class OverflowRecord(tf.Module):
                 scale: tf.Tensor, *, loss_seen: bool) -> None:
         """Records a skipped step, prints it and stops a stuck run.
 
-        Called in the skip branch only. It prints the record if
-        `print_overflows`, and raises if `verdict` says that training must
-        stop.
-
-        Args:
-            flags: An int32 vector, one entry per variable, > 0 where the
-                gradient (on any replica) was not finite; if `loss_seen`,
-                one more entry at the end, > 0 where the loss was not finite.
-            step: The int64 step being skipped.
-            names_id: `names_id_for(var_list)`.
-            scale: The loss scale the step was taken with (before it backed
-                off).
-            loss_seen: Whether the optimizer saw the step's loss.
+        `flags` is an int32 vector, > 0 where a variable's gradient was not
+        finite on any replica, then, if `loss_seen`, one entry for the loss.
+        `scale` is the one the step was taken with.
         """
         nonfinite, loss_nonfinite = (flags[:-1], flags[-1]) if loss_seen else (
             flags, None)
@@ -212,13 +181,8 @@ class OverflowRecord(tf.Module):
             separator=", ")
 
     def _print(self, names_id: int) -> None:
-        """Prints the record just made, if `print_overflows`.
-
-        One line on stderr through `tf.print`: the step, whether the loss
-        itself was not finite (when the optimizer saw it), how many
-        gradients were not finite and (up to 8 of) their variables. Not
-        under `jit_compile=True`, where XLA cannot compile printing.
-        """
+        """Prints the record just made, if `print_overflows`; not under
+        `jit_compile=True`, where XLA cannot compile printing."""
         if not self.print_overflows or (
                 not tf.executing_eagerly() and compat.in_xla_context()):
             return
@@ -242,22 +206,10 @@ class OverflowRecord(tf.Module):
                 consecutive: Any, names_id: int) -> tuple[tf.Tensor, tf.Tensor]:
         """Whether training must stop after the last skipped step, and why.
 
-        The one stop rule, eagerly and inside a `tf.function` (`skipped`, and
-        `LossScaleMonitor` through `stop_message`): with `stop_on_loss`, a
-        step skipped with a non-finite loss stops; with `limit`, more than
-        `limit` steps skipped in a row stop. The message is built here only,
-        from tensors, so it reads the same wherever it is raised.
-
-        Args:
-            limit: `max_consecutive_skips`, or None (no run is too long).
-            stop_on_loss: Whether a non-finite loss stops.
-            consecutive: The int64 number of steps skipped in a row, up to
-                the last one.
-            names_id: The record's `names_id` (a Python int).
-
-        Returns:
-            `(stop, message)`: a bool scalar tensor, and a string scalar
-            tensor that says why (meaningful where `stop` is True).
+        The one stop rule, for `skipped` and `stop_message`: with
+        `stop_on_loss`, a step skipped for a non-finite loss stops; with
+        `limit`, more than `limit` skipped steps in a row stop. It returns
+        tensors, so the message reads the same wherever it is raised.
         """
         is_loss = tf.equal(self.cause, LOSS)
         stop_for_loss = tf.logical_and(stop_on_loss, is_loss)
@@ -283,14 +235,9 @@ class OverflowRecord(tf.Module):
         return tf.logical_or(stop_for_loss, stuck), message
 
     def _stop_if_stuck(self, consecutive: tf.Tensor, names_id: int) -> None:
-        """Raises if training must stop after the step just recorded.
-
-        When `verdict` says so, by this record's `stop_on_nonfinite_loss`
-        and `max_consecutive_skips`. Eagerly a RuntimeError; in a
-        `tf.function` an InvalidArgumentError (a `tf.debugging.Assert`).
-        Under `jit_compile=True`, where XLA drops assertions, nothing
-        happens: use `LossScaleMonitor` there.
-        """
+        """Raises if `verdict` says so: a RuntimeError eagerly, an assertion
+        in a `tf.function`. XLA drops assertions: under `jit_compile=True`
+        use `LossScaleMonitor`."""
         limit = self.max_consecutive_skips
         if limit is None and not self.stop_on_nonfinite_loss:
             return
@@ -306,16 +253,9 @@ class OverflowRecord(tf.Module):
 
     def stop_message(self, limit: int | None, iterations: int,
                      stop_on_loss: bool) -> str | None:
-        """Why training must stop now, or None. Eager only.
-
-        `verdict` on the last skipped step, if the run of skipped steps it
-        ends is still going on (no step applied since).
-
-        Args:
-            limit: As in `verdict`.
-            iterations: The optimizer's step counter now.
-            stop_on_loss: As in `verdict`.
-        """
+        """Why training must stop now, or None. Eager only: `verdict`, while
+        no step was applied since the last skipped one (`iterations` is the
+        optimizer's counter now)."""
         step = int(self.step.numpy())
         if step < 0 or step + 1 < iterations:
             return None
@@ -324,11 +264,8 @@ class OverflowRecord(tf.Module):
         return message.numpy().decode() if bool(stop) else None
 
     def last(self) -> Overflow | None:
-        """The last skipped step as an `Overflow`, or None. Eager only.
-
-        Raises:
-            RuntimeError: Inside a `tf.function`.
-        """
+        """The last skipped step as an `Overflow`, or None; a RuntimeError
+        inside a `tf.function`."""
         if not tf.executing_eagerly():
             raise RuntimeError(
                 "`last_overflow` reads variables back to Python: read it "
@@ -355,21 +292,21 @@ def _joined(parts: Iterable[Any]) -> tf.Tensor:
 class LossScalingWarning(UserWarning):
     """Loss scaling used in a way that trains wrongly, or needlessly.
 
-    tf_lso's optimizers warn with it, once per optimizer, where they can
-    tell for sure at no cost to the step: when a `tf.function` is traced
-    (eagerly, at the first step it applies to), and when an optimizer is
-    built. The message names the pattern and the fix:
+    tf_lso's optimizers warn once per optimizer, where they can tell for
+    sure at no cost to the step: while a `tf.function` is traced (eagerly,
+    at the first step), and when an optimizer is built. The message names
+    the pattern and the fix:
 
     - `apply_gradients` after `get_scaled_loss`, with no
-      `get_unscaled_gradients` (and no read of `opt.loss_scale`, with which
-      code may unscale by hand) in between: gradients of the scaled loss
-      would make every step the loss scale times too large.
-    - A loss scale optimizer with a dynamic loss scale built while the
-      global dtype policy is `'mixed_bfloat16'`, which needs no loss
-      scaling (bfloat16 has float32's exponent range).
+      `get_unscaled_gradients` (or read of `opt.loss_scale`) in between:
+      each step would be the loss scale times too large.
+    - `apply` of gradients `get_unscaled_gradients` did not return, after
+      it unscaled the last loss's: they are taken as unscaled.
+    - A dynamic loss scale built under the `'mixed_bfloat16'` policy,
+      which needs no loss scaling.
 
-    `tf-lso check` finds these and more without running the code
-    (docs/migration.md, "Mixed-precision bugs"). To silence it:
+    `tf-lso check` finds these and more without running the code. To
+    silence it:
     `warnings.filterwarnings("ignore", category=tf_lso.LossScalingWarning)`.
     """
 
@@ -378,13 +315,9 @@ _SILENCE = ("Told once per optimizer; silence it with warnings."
             "filterwarnings('ignore', category=tf_lso.LossScalingWarning).")
 
 def _warn(message: str) -> None:
-    """Issues a `LossScalingWarning` at the user's line.
-
-    That is the first caller outside tf_lso, TensorFlow and Keras (around
-    them: autograph's calls in a `tf.function`, a tf_keras face,
-    `compile`). Autograph's rewrite of a traced function is a temporary
-    file: the warning goes to the line that called the `tf.function`.
-    """
+    """Issues a `LossScalingWarning` at the first caller outside tf_lso,
+    TensorFlow and Keras. Autograph's rewrite is a temporary file: in a
+    `tf.function`, the warning goes to the line that called it."""
     files = [getattr(module, "__file__", None) for module in (
         sys.modules["tf_lso"], tf, keras, compat.tf_keras_module())]
     libraries = tuple(os.path.dirname(f) + os.sep for f in files if f)
@@ -406,10 +339,8 @@ def _warn(message: str) -> None:
 
 
 def warn_if_bfloat16_policy(dynamic: bool | None) -> None:
-    """Warns if a dynamic loss scale is built under a bfloat16 policy.
-
-    The global policy of Keras 3, and of tf_keras where it is imported.
-    """
+    """Warns if a dynamic loss scale is built under a global bfloat16
+    policy (Keras 3's, or tf_keras's where imported)."""
     if dynamic is not True:
         return
     policies = [keras.mixed_precision.global_policy()]
@@ -453,13 +384,9 @@ def _graph() -> Any:
 class SeenLosses:
     """The loss each thread scaled last, kept until the thread's next apply.
 
-    `get_scaled_loss` and `scale_loss` see the loss before they scale it.
-    The skipped step's record takes whether it was finite: a tensor, so
-    nothing is read back to the host. The apply reads whether its gradients
-    are still scaled. Per thread, because each replica of a
-    `MirroredStrategy` runs in a thread of its own, and replica threads take
-    turns at every `merge_call`, which may come between one replica's
-    `scale_loss` and its apply.
+    Per thread: each replica of a `MirroredStrategy` runs in its own thread,
+    and the threads take turns at every `merge_call`, which may come between
+    one replica's `scale_loss` and its apply.
     """
 
     # Threads that never apply leave their entry; past this, the oldest go.
@@ -506,13 +433,9 @@ class SeenLosses:
         self.unscaling()
 
     def warn_taken_as_unscaled(self) -> None:
-        """Warns once that `apply` takes gradients as unscaled.
-
-        For `apply` of gradients that `get_unscaled_gradients` did not hand
-        out, after it unscaled the last loss's gradients: they are most
-        likely computed from its output (clipped, say), so they are applied
-        as they are, as `apply_gradients` would.
-        """
+        """Warns once that `apply` takes gradients as unscaled: after
+        `get_unscaled_gradients`, others are most likely computed from its
+        output (clipped, say)."""
         if "apply" in self._warned:
             return
         self._warned.add("apply")
@@ -527,11 +450,8 @@ class SeenLosses:
             f"get_unscaled_gradients returned. {_SILENCE}")
 
     def warn_if_not_unscaled(self) -> None:
-        """Warns once if `get_scaled_loss`'s gradients were not unscaled.
-
-        For `apply_gradients` of unscaled gradients (TF 2.x's protocol).
-        Called while tracing, it adds nothing to the step.
-        """
+        """Warns once, at `apply_gradients`, if `get_scaled_loss`'s
+        gradients were not unscaled. It adds nothing to a traced step."""
         entry = self.last()
         if (entry is None or not entry.in_its_graph() or not entry.unscale_due
                 or "apply_gradients" in self._warned):
@@ -548,11 +468,8 @@ class SeenLosses:
             f"grads, vars)). {_SILENCE}")
 
     def take(self) -> tf.Tensor | None:
-        """Ends this thread's last loss; returns its verdict, if usable here.
-
-        Returns:
-            A bool scalar tensor (True: not finite), or None if no loss was
-            seen since the last apply, or it was seen in another graph.
+        """Ends this thread's last loss. Returns whether it was not finite
+        (a bool tensor), or None if none was seen here since the last apply.
         """
         entry = self._entries.pop(threading.get_ident(), None)
         if entry is None or not entry.in_its_graph():
@@ -572,29 +489,25 @@ class GradientReport(collections.namedtuple(
         "loss_scale variables zero_share below_normal_share headroom size")):
     """How a step's gradients sit in float16's range at the loss scale.
 
-    What `opt.gradient_report(...)` returns, and
-    `LossScaleMonitor(gradient_report_freq=N)` keeps. Per variable (in the
-    order given; a `None` gradient has NaN shares and headroom, and size 0),
-    for the gradient multiplied by the loss scale, as the float16 backward
-    pass holds it (an `IndexedSlices`: the rows it holds):
+    What `opt.gradient_report(...)` returns and
+    `LossScaleMonitor(gradient_report_freq=N)` keeps. Per variable, in the
+    order given, of the gradient times the loss scale, as the float16
+    backward pass holds it (of an `IndexedSlices`, the rows it holds). A
+    `None` gradient has NaN shares and headroom, and size 0. The fields are
+    NumPy arrays eagerly, tensors in a `tf.function`.
 
     Attributes:
         loss_scale: The loss scale the shares are computed at.
         variables: The variables' names (Keras `path`, else `name`).
-        zero_share: The share of elements that are exactly 0: in float16
-            they carry no gradient (a true 0, or one that underflowed).
-        below_normal_share: The share of elements whose magnitude is below
-            float16's smallest normal, 2**-14 (zeros included): in float16
-            these are 0 or subnormal, with fewer significant bits.
+        zero_share: The share of elements that are exactly 0, which carry
+            no gradient (a true 0, or one that underflowed).
+        below_normal_share: The share of elements below float16's smallest
+            normal, 2**-14, zeros included: fewer significant bits.
         headroom: How many times the largest element can still double
             before it passes float16's maximum (65504):
-            `floor(log2(65504 / max|g * scale|))`; negative if it is past
-            it already, `-inf` if the gradient holds an Inf or a NaN (it
-            overflowed), `inf` for an all-zero gradient.
+            `floor(log2(65504 / max|g * scale|))`. Negative past it, `-inf`
+            for an Inf or a NaN, `inf` for an all-zero gradient.
         size: The number of elements the shares are over.
-
-    Eagerly the per-variable fields are NumPy arrays; inside a
-    `tf.function`, tensors.
 
     >>> report = tf_lso.GradientReport(
     ...     1024.0, ("w", "b"), np.array([0.5, 0.0]), np.array([0.75, 0.0]),
@@ -633,17 +546,9 @@ def gradient_statistics(
     packed: packing.Packed, scale: tf.Tensor | float,
     values: Sequence[tf.Tensor] | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-    """The per-gradient fields of a `GradientReport`, as tensors.
-
-    Args:
-        packed: The unscaled gradients, a `packing.Packed`.
-        scale: The loss scale (float32 scalar).
-        values: Tensors shaped like `packed.values` (default: its own).
-
-    Returns:
-        (zero_share, below_normal_share, headroom, size): float32 vectors
-        with one entry per gradient; NaN (size 0) for `None` gradients.
-    """
+    """`(zero_share, below_normal_share, headroom, size)` of the unscaled
+    `packed` at `scale`, as float32 vectors. `values` stand for
+    `packed.values`, e.g. a replica's."""
     scale = tf.cast(scale, tf.float32)
     nan = float("nan")
 
@@ -691,11 +596,9 @@ def host_report(
 class GradientReportRecord(tf.Module):
     """The on-device `GradientReport` of a requested step (opt-in).
 
-    Off (`enabled` False, the default) it adds nothing to the step. On, a
-    step whose `requested` flag is set computes the report on its summed,
-    unscaled gradients at its loss scale (in the skip branch of a cond,
-    shared by every replica, as the skip decision is), stores it here and
-    clears the flag; other steps only read the flag.
+    Off (`enabled` False) it adds nothing to the step. On, a step whose
+    `requested` flag is set stores the report of its summed, unscaled
+    gradients and clears the flag, in a cond every replica takes alike.
     """
 
     def __init__(self) -> None:
@@ -722,13 +625,8 @@ class GradientReportRecord(tf.Module):
 
     def record(self, packed: packing.Packed, scale: tf.Tensor,
                step: tf.Tensor, names_id: int) -> None:
-        """Stores the report of `packed` if requested. In a replica context.
-
-        Args:
-            packed: The unscaled, summed gradients (`packing.Packed`).
-            scale: The loss scale of the step.
-            step: The optimizer's `iterations`.
-            names_id: `OverflowRecord.names_id_for(var_list)`.
+        """Stores the report of `packed` (unscaled, summed) if requested.
+        In a replica context; `names_id` is `OverflowRecord.names_id_for`'s.
         """
         fields = self._fields[names_id]
 
@@ -748,11 +646,8 @@ class GradientReportRecord(tf.Module):
             false_args=(packed.values, scale, tf.identity(step)))
 
     def last(self, names: Sequence[tuple[str, ...]]) -> GradientReport | None:
-        """The last stored report, or None. Eager only.
-
-        Args:
-            names: `names_id` -> the tuple of variable names.
-        """
+        """The last stored report, or None. Eager only. `names[names_id]`
+        are the variable names."""
         names_id = int(self.names_id.numpy())
         if names_id < 0:
             return None

@@ -1,16 +1,10 @@
-"""`LossScale`, `FixedLossScale` and `DynamicLossScale`.
+"""TF 2.1-2.8's `LossScale`, `FixedLossScale` and `DynamicLossScale`.
 
-The loss scale classes of TF 2.1-2.8 (`tf.mixed_precision.experimental` and
-`tf.train.experimental`), rebuilt on `tf.Module`. Both concrete classes share
-one interface, `__call__()` and `update(grads)`, so the optimizer never needs
-to know which one it holds.
-
-A loss scale optimizer's step (`optimizer/apply_step.py`) does not call a
-built-in class's `update`. A fixed scale needs nothing (`never_skips`). A
-dynamic scale states how it changes as a `DynamicRule`, whose `next` is a
-pure function `(scale, count, finite) -> (scale, count)`: the step checks
-the gradients itself and applies the rule with `advance`. The step calls
-the `update(grads)` of any other loss scale (`step_rule` is None).
+The step (`optimizer/apply_step.py`) does not call a built-in class's
+`update`. A fixed scale needs nothing (`never_skips`). A dynamic scale's
+`DynamicRule.next` is a pure function `(scale, count, finite) -> (scale,
+count)`: the step checks the gradients itself and applies the rule with
+`advance`. Any other loss scale is asked through its `update(grads)`.
 """
 
 from __future__ import annotations
@@ -33,25 +27,15 @@ DEFAULT_GROWTH_STEPS = 2000
 
 @dataclasses.dataclass(frozen=True)
 class DynamicRule:
-    """`DynamicLossScale`'s rule (see its docstring).
+    """`DynamicLossScale`'s rule (see its docstring)."""
 
-    `next(scale, count, finite)` is the scale and counter after a step whose
-    gradients were (`finite`) or were not finite.
-
-    Attributes:
-        initial: The initial scale, where a damaged scale restarts (under
-            XLA, which drops `advance`'s assertion).
-        period: Consecutive finite steps before the scale grows.
-        multiplier: The growth and back-off factor.
-    """
-
-    initial: float
+    initial: float  # Also where a damaged scale restarts, under XLA.
     period: int
     multiplier: float
 
     def next(self, scale: tf.Tensor, count: tf.Tensor,
              finite: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The next `(scale, count)`; branch-free, so XLA-friendly."""
+        """The `(scale, count)` after a step; branch-free, for XLA."""
         should_grow = count + 1 >= self.period
         grown = scale * self.multiplier
         grow = tf.logical_and(should_grow, tf.math.is_finite(grown))
@@ -67,14 +51,11 @@ class DynamicRule:
 class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
     """Base class for loss scales.
 
-    A loss scale holds the factor that the loss is multiplied by before
-    gradients are computed, and decides after each step how that factor
-    changes. Subclasses implement `__call__`, `update` and `get_config`.
-
-    A loss scale can also be used where TF 2.4 code used the loss scale
-    tensor: `tf.convert_to_tensor(loss_scale)`, `float(loss_scale)`,
-    `loss_scale.numpy()`, arithmetic such as `loss_scale * 2`,
-    `tf.summary.scalar` and string formatting all read its current value.
+    A loss scale holds the factor the loss is multiplied by, and decides
+    after each step how it changes. Subclasses implement `__call__`, `update`
+    and `get_config`. Where TF 2.4 code used the scale as a tensor
+    (`tf.convert_to_tensor`, `float()`, `.numpy()`, arithmetic,
+    `tf.summary.scalar`, formatting), a loss scale reads as its value.
 
     >>> loss_scale = tf_lso.experimental.FixedLossScale(128)
     >>> float(loss_scale)
@@ -92,14 +73,12 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
         """Updates the loss scale from this step's unscaled gradients.
 
         Args:
-            grads: A nested structure of gradients (tensors, `IndexedSlices`
-                or `None`, which is ignored). They must already be unscaled.
+            grads: A nest of unscaled gradients; `None` entries are ignored.
 
         Returns:
-            A pair `(update_op, should_apply_gradients)`. `update_op` is `None`
-            in eager mode and an op otherwise; `should_apply_gradients` is a
-            bool (a Python bool when it is known without looking at `grads`,
-            else a bool scalar tensor) saying whether the step may be applied.
+            `(update_op, should_apply_gradients)`. `update_op` is None
+            eagerly. `should_apply_gradients` is a Python bool if it is known
+            without the gradients, else a bool scalar tensor.
         """
 
     @abc.abstractmethod
@@ -108,14 +87,7 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> LossScale:
-        """Creates a loss scale from the output of `get_config()`.
-
-        Args:
-            config: A dict of constructor arguments.
-
-        Returns:
-            A new loss scale of this class.
-        """
+        """Creates a loss scale of this class from `get_config()`'s dict."""
         return cls(**config)
 
     def _value(self) -> tf.Tensor:
@@ -125,15 +97,14 @@ class LossScale(tensor_like.TensorLike, tf.Module, metaclass=abc.ABCMeta):
 class FixedLossScale(LossScale):
     """A loss scale that never changes.
 
+    It never checks gradients: a non-finite step is applied.
+
     Args:
         loss_scale_value: A Python int or float, at least 1 and finite as a
-            float32. Gradients are never checked for finiteness: a non-finite
-            step is applied.
+            float32.
 
     Raises:
-        ValueError: If `loss_scale_value` is not a Python int or float, is
-            below 1 (the exception type TF used for both), or is infinite or
-            NaN as a float32 (TF accepted those).
+        ValueError: For any other value, a wrong type included (as in TF).
 
     >>> loss_scale = tf_lso.experimental.FixedLossScale(1024)
     >>> loss_scale
@@ -159,13 +130,8 @@ class FixedLossScale(LossScale):
 
     @classmethod
     def _below_one_too(cls, value: Any, name: str) -> FixedLossScale:
-        """A fixed scale of any positive `value` finite as a float32.
-
-        Below 1 too, as TF 2.4's optimizer arguments allowed: the public
-        constructor refuses that, as TF's class did. For
-        `any_positive_fixed_scale`; its arguments and errors are that
-        function's.
-        """
+        """For `any_positive_fixed_scale`: below 1 too, which `__init__`
+        refuses."""
         number = validation.scale(value, name)
         loss_scale = cls(1)
         loss_scale._loss_scale_value = number
@@ -175,15 +141,8 @@ class FixedLossScale(LossScale):
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
     def update(self, grads: Any) -> tuple[tf.Operation | None, bool]:
-        """Does nothing: a fixed loss scale applies every step.
-
-        Args:
-            grads: Ignored.
-
-        Returns:
-            `(update_op, True)`: `update_op` is None in eager mode and a no-op
-            otherwise; `True` is a Python bool, so callers need no `tf.cond`.
-        """
+        """Returns `(update_op, True)`: a no-op (None eagerly), and a Python
+        True, so callers need no `tf.cond`."""
         del grads
         return no_op(), True
 
@@ -198,21 +157,18 @@ class FixedLossScale(LossScale):
 class DynamicLossScale(LossScale):
     """A loss scale that grows while gradients stay finite and backs off.
 
-    After `increment_period` consecutive steps with finite gradients the scale
-    is multiplied by `multiplier` (only if the result is a finite float32, so
-    it saturates instead of overflowing). A step with a non-finite gradient is
-    skipped, the scale becomes `max(scale / multiplier, 1)` and the count of
-    good steps starts again from 0. Under a distribution strategy, a
-    non-finite gradient on any replica makes every replica skip.
-
-    The state lives in two variables, whose names are the checkpoint format of
-    TF's class: `current_loss_scale` (float32) and `good_steps` (int64).
+    After `increment_period` finite steps in a row, the scale is multiplied
+    by `multiplier` if the result is a finite float32. A non-finite gradient
+    on any replica skips the step: the scale becomes `max(scale /
+    multiplier, 1)` and the count restarts from 0. The state is two
+    variables named as TF's checkpoints name them: `current_loss_scale`
+    (float32) and `good_steps` (int64).
 
     Args:
         initial_loss_scale: The starting loss scale, a positive number.
-        increment_period: How many consecutive finite steps double (multiply)
-            the scale, an integer of at least 1.
-        multiplier: The growth and back-off factor, a number of at least 1.
+        increment_period: Finite steps in a row before the scale grows, an
+            integer of at least 1.
+        multiplier: The growth and back-off factor, at least 1.
 
     Raises:
         TypeError: If an argument is not a number.
@@ -281,33 +237,21 @@ class DynamicLossScale(LossScale):
         return tf.convert_to_tensor(self.current_loss_scale)
 
     def update(self, grads: Any) -> tuple[tf.Tensor | None, tf.Tensor]:
-        """Advances or backs off the loss scale, see the class docstring.
+        """Advances or backs off the scale, as the class docstring says.
 
-        Works in eager mode, inside `tf.function`, and under a distribution
-        strategy in either a replica or a cross-replica context.
-
-        Args:
-            grads: A nested structure of unscaled gradients; `None` entries are
-                ignored and an empty structure counts as finite.
-
-        Returns:
-            `(update_op, should_apply_gradients)`, where the second element is
-            a bool scalar tensor, True iff all gradients on all replicas are
-            finite.
+        Eagerly, in a `tf.function`, and under a strategy in a replica or a
+        cross-replica context. `should_apply_gradients` is a bool scalar
+        tensor: whether every gradient on every replica is finite (an empty
+        nest is).
         """
         is_finite = replicas.all_finite(grads)
-        # TF 2.4's `should_apply` reads no variable (in a tf.compat.v1 graph
-        # it runs before the variables are initialized). The check of the
-        # scale itself is part of the update op.
+        # The verdict reads no variable: in a tf.compat.v1 graph it may run
+        # before they are initialized. The update op checks the scale.
         update_op, _ = advance(self, is_finite)
         return update_op, is_finite
 
     def get_config(self) -> dict[str, Any]:
-        """Returns the constructor arguments; the current state is not config.
-
-        Returns:
-            `{'initial_loss_scale', 'increment_period', 'multiplier'}`.
-        """
+        """Returns the three constructor arguments; the state is not config."""
         return {
             "initial_loss_scale": self._initial_loss_scale,
             "increment_period": self._increment_period,
@@ -329,12 +273,10 @@ class DynamicLossScale(LossScale):
         )
 
 
-# TensorFlow's TF1-style `MixedPrecisionLossScaleOptimizer` (and so its
-# `enable_mixed_precision_graph_rewrite`) takes only its own deprecated loss
-# scales, and skips steps only for a `DynamicLossScale` of its own. The
-# interfaces are the same (`__call__`, `update`), so tf_lso's classes are
-# registered as virtual subclasses of TF's (public ABCs): TF1-style code
-# keeps working with them, and nothing changes for TF's own objects.
+# TF's TF1-style `MixedPrecisionLossScaleOptimizer` (and so
+# `enable_mixed_precision_graph_rewrite`) takes only TF's loss scales, and
+# skips steps only for TF's `DynamicLossScale`. As virtual subclasses of
+# TF's ABCs, tf_lso's loss scales work there too.
 tf.compat.v1.mixed_precision.LossScale.register(LossScale)
 tf.compat.v1.mixed_precision.FixedLossScale.register(FixedLossScale)
 tf.compat.v1.mixed_precision.DynamicLossScale.register(DynamicLossScale)
@@ -353,13 +295,9 @@ def never_skips(loss_scale: LossScale, accumulating: bool = False) -> bool:
 
 def step_rule(loss_scale: LossScale,
               accumulating: bool = False) -> DynamicRule | None:
-    """The `DynamicRule` the step applies itself, or None.
-
-    None means that the step calls `update(grads)`: for a `LossScale` of the
-    user's, a subclass that overrides `update`, and a fixed scale (whose
-    `update` the step skips, see `never_skips`). `accumulating` says that
-    the inner optimizer accumulates gradients.
-    """
+    """The `DynamicRule` the step applies itself, or None: then the step
+    calls `update(grads)` (a user's `LossScale`, or a subclass that
+    overrides `update`) or, for a fixed scale, nothing (`never_skips`)."""
     if isinstance(loss_scale, DynamicLossScale) and (
             accumulating or type(loss_scale).update in _RULED_UPDATES):
         return loss_scale.rule
@@ -379,23 +317,12 @@ def usable(scale: tf.Tensor) -> tf.Tensor:
 def advance(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
             active: tf.Tensor | None = None
             ) -> tuple[tf.Tensor | None, tf.Tensor]:
-    """Assigns the scale and counter that its `rule` gives after a step.
+    """Assigns the scale and counter its `rule` gives after a step.
 
-    Args:
-        loss_scale: A `DynamicLossScale`.
-        is_finite: A bool scalar tensor: this step's verdict.
-        active: None, or a bool scalar tensor: where False, nothing changes
-            (with gradient accumulation, only a window's first non-finite
-            call and the end of a window that applies change the state).
-
-    Returns:
-        `(update_op, is_finite)`, as `LossScale.update` returns them:
-        `update_op` is None eagerly, and `is_finite` is False as well when
-        the scale itself is damaged.
-
-    Raises:
-        ValueError: Eagerly, if the scale is damaged (see `_checked`); in a
-            graph, an assertion does.
+    Where the bool tensor `active` is False, nothing changes (the step passes
+    it with gradient accumulation). Returns `(update_op, is_finite)`, as
+    `LossScale.update` does; `is_finite` is also False for a damaged scale,
+    which `_checked` makes an error.
     """
     scale, count, is_finite = _checked(loss_scale, is_finite, active)
     new_scale, new_count = loss_scale.rule.next(scale, count, is_finite)
@@ -417,12 +344,11 @@ def _checked(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
              ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """The scale, counter and verdict, once the scale is known usable.
 
-    The rule always computes a positive finite scale, but a restored or
-    assigned one may be NaN, inf, 0 or negative (a corrupt checkpoint).
-    Such a scale would skip every step, silently and forever, so it is an
-    error, raised before any state changes. XLA drops the graph's
-    assertion: there the step is skipped and the rule restarts the scale
-    from its initial value.
+    The rule makes only positive finite scales, but a corrupt checkpoint may
+    restore NaN, inf, 0 or a negative one. That would skip every step,
+    silently, forever. So it is an error (ValueError eagerly, an assertion
+    in a graph), raised before any state changes. XLA drops the assertion:
+    there the step is skipped and the rule restarts from the initial scale.
     """
     scale = tf.convert_to_tensor(loss_scale.current_loss_scale)
     count = tf.convert_to_tensor(loss_scale.good_steps)
@@ -444,19 +370,9 @@ def _checked(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
 
 
 def any_positive_fixed_scale(value: Any, name: str) -> FixedLossScale:
-    """A fixed scale as TF 2.4's optimizer arguments allow it.
-
-    Any positive value that is finite as a float32, below 1 too (the public
-    constructor requires at least 1, as TF's class did).
-
-    Args:
-        value: The number the user passed.
-        name: The argument it came from, for messages.
-
-    Raises:
-        TypeError: If `value` is not a number.
-        ValueError: If its float32 value is not positive and finite.
-    """
+    """A fixed scale as TF 2.4's optimizer arguments allow it: any number
+    positive and finite as a float32, below 1 too. `name` is the argument's,
+    for messages. A TypeError for a non-number, else a ValueError."""
     return FixedLossScale._below_one_too(value, name)
 
 
