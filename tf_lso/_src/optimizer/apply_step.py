@@ -85,9 +85,13 @@ class ApplyStep(tf.Module):
         # window was not finite (the window is then dropped at its end). It
         # is checkpointed, so that a window restored mid-way stays dropped.
         self.window_overflowed = None
-        if inner.accumulation_steps:
+        accumulates = bool(inner.accumulation_steps)
+        if accumulates:
             self.window_overflowed = replicas.state_variable(
                 False, tf.bool, "window_overflowed")
+        # How steps 5 and 6 treat the loss scale, fixed for the step's life.
+        self._never_skips = loss_scale_lib.never_skips(loss_scale, accumulates)
+        self._rule = loss_scale_lib.step_rule(loss_scale, accumulates)
 
     def __call__(self, grads: Sequence[packing.Gradient],
                  var_list: Sequence[tf.Variable], *, name: str | None = None,
@@ -222,18 +226,16 @@ class ApplyStep(tf.Module):
         backs off once; the window's later calls are dropped.
         """
         window = self._inner.accumulation_window(var_list)
-        accumulating = window is not None
-        if loss_scale_lib.never_skips(self._loss_scale, accumulating):
+        if self._never_skips:
             return Verdict(loss_scale_lib.no_op(), True, packed, None)
-        rule = loss_scale_lib.step_rule(self._loss_scale, accumulating)
-        if rule is None and accumulating:
+        if self._rule is None and window is not None:
             raise NotImplementedError(
                 "Gradient accumulation (`gradient_accumulation_steps` on "
                 "the inner optimizer) needs a FixedLossScale or "
                 f"DynamicLossScale. Received: loss_scale="
                 f"{self._loss_scale!r}. Accumulate gradients yourself, "
                 "or use one of those two classes.")
-        if rule is None:
+        if self._rule is None:
             # A user's update: once a step, in a cross-replica context, with
             # every replica's gradients.
             update_op, should_apply = replicas.in_cross_replica_context(
