@@ -173,14 +173,11 @@ class InnerOptimizer(abc.ABC):
         return [v.numpy() for v in self.variables()]
 
     def load_variables(self, values: list[typing.Any], owner: str) -> None:
-        """Assigns the values a Keras file holds to `variables()`, in order.
+        """Assigns a Keras file's NumPy `values` to `variables()`, in order.
 
-        It warns and assigns nothing if the counts differ: the file was
-        written for another model.
-
-        Args:
-            values: NumPy arrays, one per variable.
-            owner: The loss scale optimizer's name, for the warning.
+        If the counts differ, the file was written for another model: it
+        warns, naming the loss scale optimizer (`owner`), and assigns
+        nothing.
         """
         variables = self.variables()
         if len(values) != len(variables):

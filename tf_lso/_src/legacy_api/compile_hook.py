@@ -151,19 +151,10 @@ def compile_optimizer(model: Any, optimizer: Any,
                       wrap_mixed_float16: bool = False) -> Any:
     """The optimizer that Keras 3's `model.compile` should use.
 
-    Under a `Policy` with a loss scale, a plain optimizer is wrapped in
-    `tf_lso.experimental.LossScaleOptimizer`. With `wrap_mixed_float16`, a
-    plain `'mixed_float16'` policy wraps it in `tf_lso.LossScaleOptimizer`.
-    `_wrapper` decides the rest.
-
-    Args:
-        model: The model being compiled.
-        optimizer: What was passed to `compile` (an optimizer or a name).
-        auto_scale_loss: `compile`'s argument of that name.
-        wrap_mixed_float16: The hook's switch.
-
-    Returns:
-        The optimizer to compile with.
+    Under a `Policy` with a loss scale, a plain optimizer (or its name) is
+    wrapped in `tf_lso.experimental.LossScaleOptimizer`. With the hook's
+    `wrap_mixed_float16` switch, a plain `'mixed_float16'` policy wraps it
+    in `tf_lso.LossScaleOptimizer`. `_wrapper` decides the rest.
     """
     policy: Any = getattr(model, "dtype_policy", None)
     tf_lso_policy = _tf_lso_policy(model)
@@ -180,24 +171,13 @@ def tf_keras_compile_optimizer(model: Any, optimizer: Any,
                                policy: Any = None) -> Any:
     """The optimizer that tf_keras's `model.compile` should get.
 
-    The global TF 2.1-2.3 `Policy` applies if the model's policy has its
-    name. Then a plain tf_keras optimizer is wrapped as `compile_optimizer`
-    wraps a Keras 3 one. Under `'mixed_float16'`, a policy without a loss
-    scale gives a fixed scale of 1, which scales nothing. Otherwise
-    tf_keras's own `compile` would wrap the optimizer in a dynamic one.
-
-    Args:
-        model: The tf_keras model being compiled.
-        optimizer: What was passed to `compile`.
-        policy: The global TF 2.1-2.3 `Policy` (one with a `loss_scale`), or
-            None.
-
-    Returns:
-        The optimizer to compile with.
-
-    Raises:
-        TypeError: For a tf_lso optimizer around a Keras 3 optimizer, which
-            a tf_keras model cannot train.
+    The global TF 2.1-2.3 `policy` (one with a `loss_scale`, or None)
+    applies if the model's policy has its name. Then a plain tf_keras
+    optimizer is wrapped as `compile_optimizer` wraps a Keras 3 one. Under
+    `'mixed_float16'`, a policy without a loss scale gives a fixed scale of
+    1, which scales nothing; otherwise tf_keras's own `compile` would wrap
+    the optimizer in a dynamic one. A tf_lso optimizer around a Keras 3
+    optimizer is a TypeError: a tf_keras model cannot train it.
     """
     tf_keras = compat.tf_keras_module()
     assert tf_keras is not None  # Its compile calls this.
