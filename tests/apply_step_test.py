@@ -147,3 +147,43 @@ class OverriddenUpdateTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIsNone(loss_scale_lib.step_rule(loss_scale))
         self.assertIsNotNone(
             loss_scale_lib.step_rule(loss_scale_lib.DynamicLossScale()))
+
+
+class _Halves(loss_scale_lib.LossScale):
+    """A user's loss scale: the step knows no rule for it."""
+
+    def __call__(self):
+        return tf.constant(2.0)
+
+    def update(self, grads):
+        return None, True
+
+    def get_config(self):
+        return {}
+
+
+class AccumulationTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters(False, True)
+    def test_a_users_loss_scale_is_refused_before_any_state_changes(
+            self, use_tf_function):
+        if not test_util.keras_has_gradient_accumulation():
+            self.skipTest("Keras 3.4+ accumulates gradients")
+        inner = wrapping.wrap(
+            keras.optimizers.SGD(1.0, momentum=0.5,
+                                 gradient_accumulation_steps=2),
+            "inner_optimizer")
+        var = tf.Variable([1.0, 2.0])
+        step = apply_step.ApplyStep(inner, _Halves(),
+                                    training_health.OverflowRecord())
+
+        def run():
+            step([tf.constant([1.0, 1.0])], [var])
+
+        with self.assertRaisesRegex(NotImplementedError,
+                                    "needs a FixedLossScale or "
+                                    "DynamicLossScale"):
+            test_util.maybe_function(run, use_tf_function)()
+        self.assertAllEqual(var, [1.0, 2.0])
+        self.assertFalse(inner.optimizer.built)  # Refused before step 2.
+        self.assertEqual(int(inner.iterations.numpy()), 0)

@@ -150,10 +150,12 @@ class ApplyStep(tf.Module):
         return replicas.grouped((verdict.update_op, step_op)) if v1_graph else None
 
     def _check_accumulation(self) -> None:
-        """Step 1: the window's state exists only if the inner optimizer
-        accumulated when wrapped."""
+        """Step 1: accumulation is as it was when the step was made, with a
+        loss scale whose rule the step knows."""
         steps = self._inner.accumulation_steps
-        if steps and self.window_overflowed is None:
+        if not steps:
+            return
+        if self.window_overflowed is None:
             raise ValueError(
                 f"gradient_accumulation_steps={steps} was set on the inner "
                 "optimizer after it was wrapped in a loss scale optimizer, "
@@ -162,6 +164,13 @@ class ApplyStep(tf.Module):
                 "inner optimizer before wrapping it, e.g. "
                 "tf_lso.LossScaleOptimizer(keras.optimizers.SGD(..., "
                 f"gradient_accumulation_steps={steps})).")
+        if self._rule is None and not self._never_skips:
+            raise NotImplementedError(
+                "Gradient accumulation (`gradient_accumulation_steps` on "
+                "the inner optimizer) needs a FixedLossScale or "
+                f"DynamicLossScale. Received: loss_scale="
+                f"{self._loss_scale!r}. Accumulate gradients yourself, "
+                "or use one of those two classes.")
 
     def _apply(self, values: list[tf.Tensor], aux: Any,
                var_list: list[tf.Variable], *, packed: packing.Packed,
@@ -218,34 +227,31 @@ class ApplyStep(tf.Module):
 
     def _decide(self, packed: packing.Packed,
                 var_list: list[tf.Variable]) -> Verdict:
-        """Steps 5 and 6.
-
-        With gradient accumulation the loss scale sees one step per window.
-        Each call checks the window's sums so far, so the accumulators never
-        hold a non-finite value. The first non-finite call empties them and
-        backs off once; the window's later calls are dropped.
-        """
-        window = self._inner.accumulation_window(var_list)
+        """Steps 5 and 6."""
         if self._never_skips:
             return Verdict(loss_scale_lib.no_op(), True, packed, None)
-        if self._rule is None and window is not None:
-            raise NotImplementedError(
-                "Gradient accumulation (`gradient_accumulation_steps` on "
-                "the inner optimizer) needs a FixedLossScale or "
-                f"DynamicLossScale. Received: loss_scale="
-                f"{self._loss_scale!r}. Accumulate gradients yourself, "
-                "or use one of those two classes.")
         if self._rule is None:
             # A user's update: once a step, in a cross-replica context, with
             # every replica's gradients.
             update_op, should_apply = replicas.in_cross_replica_context(
                 self._loss_scale.update, packed.unpack())
             return Verdict(update_op, should_apply, packed, None)
+        window = self._inner.accumulation_window(var_list)
         if window is None:
             update_op, should_apply = loss_scale_lib.advance(
                 self._loss_scale, replicas.all_finite(packed))
             return Verdict(update_op, should_apply, packed, None)
-        window_end, accumulators = window
+        return self._decide_in_window(packed, *window)
+
+    def _decide_in_window(self, packed: packing.Packed, window_end: tf.Tensor,
+                          accumulators: list[tf.Tensor]) -> Verdict:
+        """Steps 5 and 6 with gradient accumulation.
+
+        The loss scale sees one step per window. Each call checks the
+        window's sums so far, so the accumulators never hold a non-finite
+        value. The first non-finite call empties them and backs off once;
+        the window's later calls are dropped.
+        """
         sums = packing.pack([
             None if g is None else tf.convert_to_tensor(g) + acc
             for g, acc in zip(packed.unpack(), accumulators)
