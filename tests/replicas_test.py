@@ -765,6 +765,43 @@ class UserLossScaleTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(test_util.local_values(strategy, var), [-0.5, -0.5])
 
 
+class NeverAppliesLossScale(tf_lso.experimental.LossScale):
+    """A user's loss scale whose `update` skips every step: a Python False."""
+
+    def __call__(self):
+        return tf.constant(8.0)
+
+    def update(self, grads):
+        return None if tf.executing_eagerly() else tf.no_op(), False
+
+    def get_config(self):
+        return {}
+
+
+class PythonFalseSkipTest(tf.test.TestCase, parameterized.TestCase):
+    """A skip decided in Python (a user's `update` returning False) counts
+    once per step, as a skip decided by a tensor does."""
+
+    @parameterized.product(scope=["in", "out"], use_tf_function=[False, True])
+    def test_counts_once_per_step(self, scope, use_tf_function):
+        strategy = test_util.mirrored_strategy()
+        with strategy.scope():
+            var = tf.Variable(1.0)
+        with strategy.scope() if scope == "in" else contextlib.nullcontext():
+            opt = tf_lso.experimental.LossScaleOptimizer(
+                keras.optimizers.SGD(0.25), NeverAppliesLossScale())
+        run = test_util.maybe_function(
+            lambda: strategy.run(
+                lambda: opt.apply_gradients([(tf.constant(1.0), var)])),
+            use_tf_function)
+        for _ in range(3):
+            run()
+        self.assertEqual(int(opt.skipped_steps.numpy()), 3)
+        self.assertEqual(opt.last_overflow.consecutive_skips, 3)
+        self.assertEqual(int(opt.iterations.numpy()), 3)
+        self.assertEqual(test_util.local_values(strategy, var), [1.0, 1.0])
+
+
 class AllFiniteTest(tf.test.TestCase, parameterized.TestCase):
     @test_util.EAGER_AND_FUNCTION
     def test_all_finite(self, use_tf_function):

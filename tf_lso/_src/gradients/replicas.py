@@ -156,14 +156,19 @@ def cond_on_all_replicas(pred: bool | tf.Tensor, true_fn: Callable[..., Any],
     is built in a cross-replica context, because a branch that calls
     `merge_call` (as `apply_gradients` does) may not sit in a replica
     context's cond. `false_fn(*false_args)` then runs once, with per-replica
-    `false_args`.
+    `false_args`, for a Python False too.
 
     Returns:
         For a Python bool, what the branch returned. In a `tf.compat.v1`
         graph, the op that runs the chosen branch's returned ops. Else None.
     """
-    if isinstance(pred, bool):
-        return true_fn(*args) if pred else false_fn(*false_args)
+    if pred is True:
+        return true_fn(*args)
+    if pred is False and tf.distribute.has_strategy():
+        return tf.distribute.get_replica_context().merge_call(
+            lambda strategy, *all_args: false_fn(*all_args), args=false_args)
+    if pred is False:
+        return false_fn(*false_args)
     if not tf.distribute.has_strategy():
         return _lowered_cond(pred, lambda: true_fn(*args),
                              lambda: false_fn(*false_args))
