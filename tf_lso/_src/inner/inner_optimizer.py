@@ -32,9 +32,8 @@ class InnerOptimizer(abc.ABC):
         optimizer: The optimizer to wrap, of the subclass's kind.
     """
 
-    #: The class of the kind's optimizers as users spell it
-    #: (`"`tf.keras.optimizers.Optimizer`"`), and what they are in a few
-    #: words (`"a Keras 3 optimizer"`). Messages that list kinds use both.
+    #: Messages that list kinds name each one twice: its optimizers' class
+    #: as users spell it, and a few words, e.g. "a Keras 3 optimizer".
     optimizer_class: typing.ClassVar[str]
     noun: typing.ClassVar[str]
 

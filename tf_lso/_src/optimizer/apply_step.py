@@ -58,8 +58,8 @@ class ApplyStep(tf.Module):
     """Applies or skips a step's gradients; holds `skipped_steps`.
 
     A `tf.Module`, so that a SavedModel of a traced step tracks the variables
-    it captures. Beside frozen settings, it reads two Python values while
-    tracing. Both change and are never cleared:
+    it captures. Its settings are frozen. While tracing, it also reads two
+    Python values that grow and are never cleared:
 
     * `report.enabled`: set by `LossScaleMonitor`, which retraces. While it
       is set, the report adds variables for each distinct variable list.

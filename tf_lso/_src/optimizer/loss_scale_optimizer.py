@@ -130,14 +130,15 @@ class LossScaleOptimizer(
                                             name=name)
         self._given_name = name  # Only a name passed is config.
         self._loss_scale = loss_scale
-        # The protocol's Python state, handed to the step as arguments:
-        # - each thread's last scaled loss: set by get_scaled_loss and
-        #   scale_loss, taken by the thread's next apply(_gradients);
+        # The protocol's Python state. The step gets it as arguments.
+        # Each thread's last scaled loss. get_scaled_loss and scale_loss
+        # set it, and the thread's next apply takes it.
         self._seen_losses = training_health.SeenLosses()
-        # - what get_unscaled_gradients returned, never unscaled again; in a
-        #   graph also its Packed, taken by the apply it is passed to;
+        # The gradients get_unscaled_gradients returned. They are never
+        # unscaled again. In a graph the apply also reuses their stacks.
         self._handed_out = packing.HandedOut()
-        # - what get_scaled_loss and scale_loss returned, never scaled again.
+        # The losses get_scaled_loss and scale_loss returned. They are
+        # never scaled again.
         self._scaled_losses = packing.Identities()
         # Not checkpointed: the layout stays TF 2.4's.
         self._overflow = training_health.OverflowRecord(
@@ -328,8 +329,7 @@ class LossScaleOptimizer(
         loss = _float_tensor(loss)
         # Seen before scaling: whether it is finite, and how its gradients
         # reach the apply (see `SeenLoss`).
-        self._seen_losses.see(loss, unscale_due=not by_scale_loss,
-                              still_scaled=by_scale_loss)
+        self._seen_losses.see(loss, by_scale_loss)
         scaled = packing.scale_by(loss, self._loss_scale())
         self._scaled_losses.add([scaled])
         return scaled

@@ -202,8 +202,9 @@ class OverflowRecord(tf.Module):
             line(("the loss itself was not finite;",)),
         ])
 
-    def verdict(self, limit: int | None, stop_on_loss: bool,
-                consecutive: Any, names_id: int) -> tuple[tf.Tensor, tf.Tensor]:
+    def must_stop(self, limit: int | None, stop_on_loss: bool,
+                  consecutive: Any, names_id: int
+                  ) -> tuple[tf.Tensor, tf.Tensor]:
         """Whether training must stop after the last skipped step, and why.
 
         The one stop rule, for `skipped` and `stop_message`: with
@@ -235,7 +236,7 @@ class OverflowRecord(tf.Module):
         return tf.logical_or(stop_for_loss, stuck), message
 
     def _stop_if_stuck(self, consecutive: tf.Tensor, names_id: int) -> None:
-        """Raises if `verdict` says so: a RuntimeError eagerly, an assertion
+        """Raises if `must_stop` says so: a RuntimeError eagerly, an assertion
         in a `tf.function`. XLA drops assertions: under `jit_compile=True`
         use `LossScaleMonitor`."""
         limit = self.max_consecutive_skips
@@ -244,8 +245,8 @@ class OverflowRecord(tf.Module):
         eager = tf.executing_eagerly()
         if not eager and compat.in_xla_context():
             return
-        stop, message = self.verdict(limit, self.stop_on_nonfinite_loss,
-                                     consecutive, names_id)
+        stop, message = self.must_stop(limit, self.stop_on_nonfinite_loss,
+                                       consecutive, names_id)
         if not eager:
             tf.debugging.Assert(tf.logical_not(stop), [message])
         elif bool(stop):
@@ -253,14 +254,16 @@ class OverflowRecord(tf.Module):
 
     def stop_message(self, limit: int | None, iterations: int,
                      stop_on_loss: bool) -> str | None:
-        """Why training must stop now, or None. Eager only: `verdict`, while
-        no step was applied since the last skipped one (`iterations` is the
-        optimizer's counter now)."""
+        """Why training must stop now, or None. Eager only.
+
+        It asks `must_stop` while no step has applied since the last
+        skipped one. `iterations` is the optimizer's counter now.
+        """
         step = int(self.step.numpy())
         if step < 0 or step + 1 < iterations:
             return None
-        stop, message = self.verdict(limit, stop_on_loss, self.consecutive,
-                                     int(self.names_id.numpy()))
+        stop, message = self.must_stop(limit, stop_on_loss, self.consecutive,
+                                       int(self.names_id.numpy()))
         return message.numpy().decode() if bool(stop) else None
 
     def last(self) -> Overflow | None:
@@ -361,20 +364,26 @@ def warn_if_bfloat16_policy(dynamic: bool | None) -> None:
 class SeenLoss:
     """A thread's last scaled loss, as the thread's next apply reads it.
 
-    Two fields hold only in the loss's graph: `nonfinite`, a tensor, and
-    `unscale_due`, since only there are the gradients known to be the
-    loss's. The others hold in every graph of the thread: Keras 3 code may
-    scale a loss in one `tf.function` and apply in another, or eagerly.
+    The apply uses `nonfinite` and `unscale_due` only in the graph the loss
+    was scaled in. `nonfinite` is a tensor of that graph. `unscale_due`
+    warns only where the gradients are surely the loss's. The other fields
+    hold in every graph of the thread, because Keras 3 code may scale a
+    loss in one `tf.function` and apply in another, or eagerly.
     """
-
-    def in_its_graph(self) -> bool:
-        return self.graph is _graph()
 
     graph: Any  # The graph the loss was scaled in; None eagerly.
     nonfinite: tf.Tensor  # Whether the loss had an Inf or NaN.
-    unscale_due: bool  # get_scaled_loss's: gradients due get_unscaled_gradients.
-    still_scaled: bool  # scale_loss's: gradients reach the apply scaled.
+    by_scale_loss: bool  # Keras 3's scale_loss, not get_scaled_loss.
+    unscale_due: bool  # get_scaled_loss's gradients still need unscaling.
     unscaled: bool = False  # get_unscaled_gradients was called since.
+
+    @property
+    def still_scaled(self) -> bool:
+        """Whether the apply gets `scale_loss`'s gradients still scaled."""
+        return self.by_scale_loss and not self.unscaled
+
+    def in_its_graph(self) -> bool:
+        return self.graph is _graph()
 
 
 def _graph() -> Any:
@@ -396,16 +405,15 @@ class SeenLosses:
         self._entries: dict[int, SeenLoss] = {}  # By thread id.
         self._warned: set[str] = set()  # The methods warned about, once.
 
-    def see(self, loss: tf.Tensor, unscale_due: bool = False,
-            still_scaled: bool = False) -> None:
+    def see(self, loss: tf.Tensor, by_scale_loss: bool = False) -> None:
         """Keeps `loss` (the float loss before scaling) for this thread."""
         thread = threading.get_ident()
         self._entries.pop(thread, None)
         if len(self._entries) >= self._MAX_ENTRIES:
             self._entries.pop(next(iter(self._entries)))
         nonfinite = tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))
-        self._entries[thread] = SeenLoss(_graph(), nonfinite, unscale_due,
-                                         still_scaled)
+        self._entries[thread] = SeenLoss(_graph(), nonfinite, by_scale_loss,
+                                         unscale_due=not by_scale_loss)
 
     def last(self) -> SeenLoss | None:
         """This thread's last scaled loss, or None."""
@@ -429,7 +437,7 @@ class SeenLosses:
         gradients."""
         entry = self.last()
         if entry is not None:
-            entry.still_scaled, entry.unscaled = False, True
+            entry.unscaled = True
         self.unscaling()
 
     def warn_taken_as_unscaled(self) -> None:

@@ -295,9 +295,12 @@ def never_skips(loss_scale: LossScale, accumulating: bool = False) -> bool:
 
 def step_rule(loss_scale: LossScale,
               accumulating: bool = False) -> DynamicRule | None:
-    """The `DynamicRule` the step applies itself, or None: then the step
-    calls `update(grads)` (a user's `LossScale`, or a subclass that
-    overrides `update`) or, for a fixed scale, nothing (`never_skips`)."""
+    """The `DynamicRule` that the step applies itself, or None.
+
+    A built-in dynamic scale has one. For a fixed scale the step does
+    nothing (`never_skips`). The step calls the `update(grads)` of any
+    other loss scale, including a subclass that overrides `update`.
+    """
     if isinstance(loss_scale, DynamicLossScale) and (
             accumulating or type(loss_scale).update in _RULED_UPDATES):
         return loss_scale.rule
@@ -370,9 +373,12 @@ def _checked(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
 
 
 def any_positive_fixed_scale(value: Any, name: str) -> FixedLossScale:
-    """A fixed scale as TF 2.4's optimizer arguments allow it: any number
-    positive and finite as a float32, below 1 too. `name` is the argument's,
-    for messages. A TypeError for a non-number, else a ValueError."""
+    """A fixed scale of any positive `value` that is finite as a float32.
+
+    TF 2.4's optimizer arguments allowed scales below 1, which the public
+    constructor refuses. A non-number is a TypeError and a bad number a
+    ValueError; both messages name the argument `name`.
+    """
     return FixedLossScale._below_one_too(value, name)
 
 
