@@ -144,9 +144,10 @@ class OverriddenUpdateTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(var, [0.0, 1.0])
         self.assertEqual(int(step.skipped_steps), 1)
         self.assertEqual(float(loss_scale()), 8.0)
-        self.assertIsNone(loss_scale_lib.step_rule(loss_scale))
-        self.assertIsNotNone(
-            loss_scale_lib.step_rule(loss_scale_lib.DynamicLossScale()))
+        self.assertEqual(loss_scale_lib.step_mode(loss_scale), "update")
+        self.assertEqual(
+            loss_scale_lib.step_mode(loss_scale_lib.DynamicLossScale()),
+            "rule")
 
 
 class _Halves(loss_scale_lib.LossScale):

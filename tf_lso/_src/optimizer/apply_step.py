@@ -90,8 +90,7 @@ class ApplyStep(tf.Module):
             self.window_overflowed = replicas.state_variable(
                 False, tf.bool, "window_overflowed")
         # How steps 5 and 6 treat the loss scale, fixed for the step's life.
-        self._never_skips = loss_scale_lib.never_skips(loss_scale, accumulates)
-        self._rule = loss_scale_lib.step_rule(loss_scale, accumulates)
+        self._mode = loss_scale_lib.step_mode(loss_scale, accumulates)
 
     def __call__(self, grads: Sequence[packing.Gradient],
                  var_list: Sequence[tf.Variable], *, name: str | None = None,
@@ -137,8 +136,7 @@ class ApplyStep(tf.Module):
         # 7. Apply or skip, on every replica alike.
         apply = functools.partial(self._apply, packed=packed, name=name,
                                   aggregate=aggregate)
-        # Under a strategy the skip runs once, in a cross-replica context,
-        # with every replica's values of its arguments.
+        # The apply runs on each replica. The skip runs once; see `_skip`.
         skip = functools.partial(self._skip, checked=verdict.checked,
                                  names_id=names_id)
         v1_graph = replicas.in_v1_graph()
@@ -164,7 +162,7 @@ class ApplyStep(tf.Module):
                 "inner optimizer before wrapping it, e.g. "
                 "tf_lso.LossScaleOptimizer(keras.optimizers.SGD(..., "
                 f"gradient_accumulation_steps={steps})).")
-        if self._rule is None and not self._never_skips:
+        if self._mode == "update":
             raise NotImplementedError(
                 "Gradient accumulation (`gradient_accumulation_steps` on "
                 "the inner optimizer) needs a FixedLossScale or "
@@ -187,9 +185,15 @@ class ApplyStep(tf.Module):
     def _skip(self, values: list[tf.Tensor], scale: tf.Tensor,
               loss_nonfinite: tf.Tensor | None, window: Window | None, *,
               checked: packing.Packed, names_id: int) -> None:
-        """Step 7, skipped. `values` are `checked`'s, as the branch
-        received them. With gradient accumulation only a window's first
-        non-finite call counts as skipped; the others count in `iterations`.
+        """Step 7, skipped: no variable or slot changes.
+
+        Under a strategy it runs once, in a cross-replica context. Its
+        arguments then hold every replica's values: `values` are each
+        replica's stacks of `checked` (which only lends its layout), so the
+        offending variables are summed over replicas, and the scale and the
+        window are the same on every replica, so the first one's is read.
+        With gradient accumulation only a window's first non-finite call
+        counts as skipped; the others count in `iterations`.
         """
 
         def count() -> None:
@@ -228,9 +232,9 @@ class ApplyStep(tf.Module):
     def _decide(self, packed: packing.Packed,
                 var_list: list[tf.Variable]) -> Verdict:
         """Steps 5 and 6."""
-        if self._never_skips:
+        if self._mode == "fixed":
             return Verdict(loss_scale_lib.no_op(), True, packed, None)
-        if self._rule is None:
+        if self._mode == "update":
             # A user's update: once a step, in a cross-replica context, with
             # every replica's gradients.
             update_op, should_apply = replicas.in_cross_replica_context(

@@ -1,7 +1,7 @@
 """TF 2.1-2.8's `LossScale`, `FixedLossScale` and `DynamicLossScale`.
 
 The step (`optimizer/apply_step.py`) does not call a built-in class's
-`update`. A fixed scale needs nothing (`never_skips`). A dynamic scale's
+`update` (`step_mode`). A fixed scale needs nothing. A dynamic scale's
 `DynamicRule.next` is a pure function `(scale, count, finite) -> (scale,
 count)`: the step checks the gradients itself and applies the rule with
 `advance`. Any other loss scale is asked through its `update(grads)`.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from typing import Any
+from typing import Literal
 
 import tensorflow as tf
 
@@ -281,30 +282,28 @@ tf.compat.v1.mixed_precision.LossScale.register(LossScale)
 tf.compat.v1.mixed_precision.FixedLossScale.register(FixedLossScale)
 tf.compat.v1.mixed_precision.DynamicLossScale.register(DynamicLossScale)
 
-# The `update`s that the step replaces with its own check. A subclass that
-# overrides `update` is asked through it, unless the inner optimizer
-# accumulates gradients, which its `update` knows nothing of.
+# The `update`s that the step replaces with its own check.
 _RULED_UPDATES = (FixedLossScale.update, DynamicLossScale.update)
 
-
-def never_skips(loss_scale: LossScale, accumulating: bool = False) -> bool:
-    """Whether the step applies every step with no check: a fixed scale."""
-    return isinstance(loss_scale, FixedLossScale) and (
-        accumulating or type(loss_scale).update in _RULED_UPDATES)
+StepMode = Literal["fixed", "rule", "update"]
 
 
-def step_rule(loss_scale: LossScale,
-              accumulating: bool = False) -> DynamicRule | None:
-    """The `DynamicRule` that the step applies itself, or None.
+def step_mode(loss_scale: LossScale, accumulating: bool = False) -> StepMode:
+    """How a loss scale optimizer's step treats `loss_scale`.
 
-    A built-in dynamic scale has one. For a fixed scale the step does
-    nothing (`never_skips`). The step calls the `update(grads)` of any
-    other loss scale, including a subclass that overrides `update`.
+    * "fixed": a fixed scale. The step never checks and never skips.
+    * "rule": a dynamic scale. The step checks the gradients and applies
+      its `DynamicRule` (`advance`).
+    * "update": any other loss scale. The step calls its `update(grads)`.
+
+    A subclass that overrides `update` is asked through it, unless the inner
+    optimizer accumulates gradients (`accumulating`): its `update` knows
+    nothing of windows, so the step follows the built-in class then.
     """
-    if isinstance(loss_scale, DynamicLossScale) and (
+    if not isinstance(loss_scale, (FixedLossScale, DynamicLossScale)) or not (
             accumulating or type(loss_scale).update in _RULED_UPDATES):
-        return loss_scale.rule
-    return None
+        return "update"
+    return "fixed" if isinstance(loss_scale, FixedLossScale) else "rule"
 
 
 def no_op() -> tf.Operation | None:
