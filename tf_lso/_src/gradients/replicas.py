@@ -164,11 +164,8 @@ def cond_on_all_replicas(pred: bool | tf.Tensor, true_fn: Callable[..., Any],
     """
     if pred is True:
         return true_fn(*args)
-    if pred is False and tf.distribute.has_strategy():
-        return tf.distribute.get_replica_context().merge_call(
-            lambda strategy, *all_args: false_fn(*all_args), args=false_args)
     if pred is False:
-        return false_fn(*false_args)
+        return in_cross_replica_context(false_fn, *false_args)
     if not tf.distribute.has_strategy():
         return _lowered_cond(pred, lambda: true_fn(*args),
                              lambda: false_fn(*false_args))
