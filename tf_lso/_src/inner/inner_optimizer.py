@@ -38,7 +38,7 @@ class InnerOptimizer(abc.ABC):
     noun: typing.ClassVar[str]
 
     #: Whether the kind's optimizers update variables in a `tf.compat.v1`
-    #: graph run by a Session. `wrapping.check_graph` refuses the others.
+    #: graph run by a Session. The step refuses the others there.
     runs_in_v1_graph: typing.ClassVar[bool] = False
 
     #: Whether Keras's own files (`.keras`, `.weights.h5`) save the
@@ -135,8 +135,8 @@ class InnerOptimizer(abc.ABC):
     def check_graph(self) -> None:
         """Raises RuntimeError where the optimizer cannot run a step.
 
-        `wrapping.check_graph` asks it after its own check. By default
-        every context can.
+        The step asks it after refusing a `tf.compat.v1` graph where
+        `runs_in_v1_graph` is False. By default every context can.
         """
         return
 

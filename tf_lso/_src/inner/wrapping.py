@@ -15,7 +15,6 @@ import keras
 import tensorflow as tf
 
 from tf_lso._src import compat
-from tf_lso._src.gradients import replicas
 from tf_lso._src.inner import inner_optimizer
 from tf_lso._src.inner.kinds import keras_optimizer
 from tf_lso._src.inner.kinds import tf_keras as tf_keras_kinds
@@ -138,22 +137,17 @@ def claim(inner: inner_optimizer.InnerOptimizer) -> None:
     _claimed.add(inner.optimizer)
 
 
-def check_graph(inner: inner_optimizer.InnerOptimizer) -> None:
-    """Raises RuntimeError where `inner`'s optimizer cannot run a step.
-
-    In a `tf.compat.v1` graph run by a Session, only some kinds update
-    variables (`runs_in_v1_graph`). The kind then checks the rest.
-    """
-    if not inner.runs_in_v1_graph and replicas.in_v1_graph():
-        wanted = _or([f"{kind.noun} ({kind.optimizer_class})"
-                      for kind in KINDS if kind.runs_in_v1_graph])
-        raise RuntimeError(
-            "In a tf.compat.v1 graph (run by a Session), the inner "
-            f"optimizer must be {wanted}: other optimizers do not update "
-            f"variables there. Received: inner_optimizer={inner.optimizer!r}."
-            " Use one, or train eagerly or in a tf.function."
-        )
-    inner.check_graph()
+def v1_graph_error(inner: inner_optimizer.InnerOptimizer) -> RuntimeError:
+    """The error for `inner` in a `tf.compat.v1` graph run by a Session,
+    where only some kinds update variables (`runs_in_v1_graph`)."""
+    wanted = _or([f"{kind.noun} ({kind.optimizer_class})"
+                  for kind in KINDS if kind.runs_in_v1_graph])
+    return RuntimeError(
+        "In a tf.compat.v1 graph (run by a Session), the inner "
+        f"optimizer must be {wanted}: other optimizers do not update "
+        f"variables there. Received: inner_optimizer={inner.optimizer!r}."
+        " Use one, or train eagerly or in a tf.function."
+    )
 
 
 def deserialize(config: typing.Any,

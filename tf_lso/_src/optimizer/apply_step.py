@@ -106,12 +106,7 @@ class ApplyStep(tf.Module):
         this step's loss, or None if the optimizer saw no loss.
         """
         grads, var_list = list(grads), list(var_list)
-        # 1. Validate.
-        replicas.check_replica_context("apply_gradients")
-        replicas.check_strategy_supported()
-        wrapping.check_graph(self._inner)
-        packing.check_grads_and_vars(grads, var_list)
-        self._check_accumulation()
+        self._check(grads, var_list)  # 1. Validate.
         # 2. Build.
         replicas.create_variables(self._inner.build, var_list)
         self._inner.check_variables(var_list)
@@ -147,9 +142,18 @@ class ApplyStep(tf.Module):
                         verdict.window))
         return replicas.grouped((verdict.update_op, step_op)) if v1_graph else None
 
-    def _check_accumulation(self) -> None:
-        """Step 1: accumulation is as it was when the step was made, with a
-        loss scale whose rule the step knows."""
+    def _check(self, grads: list[packing.Gradient],
+               var_list: list[tf.Variable]) -> None:
+        """Step 1: raises where the step cannot run, before it changes any
+        state."""
+        replicas.check_replica_context("apply_gradients")
+        replicas.check_strategy_supported()
+        if replicas.in_v1_graph() and not self._inner.runs_in_v1_graph:
+            raise wrapping.v1_graph_error(self._inner)
+        self._inner.check_graph()
+        packing.check_grads_and_vars(grads, var_list)
+        # Accumulation is as it was when the step was made, with a loss
+        # scale whose rule the step knows.
         steps = self._inner.accumulation_steps
         if not steps:
             return
