@@ -71,10 +71,10 @@ def tf_keras_class(wrapper: type, *, legacy: bool) -> type:
     """The class of a `wrapper` around a tf_keras optimizer.
 
     tf_keras's `compile` takes only tf_keras optimizers, so this class is
-    one. Its bases are those of the class that tf_keras's own
-    `LossScaleOptimizer` makes around the same optimizer (`legacy`: an
-    OptimizerV2). It adds no behaviour. tf_keras's classes give only what
-    `wrapper` lacks.
+    `wrapper` and also tf_keras's `LossScaleOptimizer` and a tf_keras
+    optimizer (`legacy`: an OptimizerV2), the bases of tf_keras's own loss
+    scale optimizer around the same optimizer. It adds no behaviour: where
+    both define an attribute, `wrapper`'s and Keras 3's come first.
 
     Raises:
         RuntimeError: If tf_keras lays out its classes in an unknown way.
@@ -83,52 +83,56 @@ def tf_keras_class(wrapper: type, *, legacy: bool) -> type:
     if made_from is not None:  # `type(opt)`, asked again by from_config.
         return tf_keras_class(made_from, legacy=legacy)
     tf_keras = importlib.import_module("tf_keras")
-    tf_keras_lso = tf_keras.mixed_precision.LossScaleOptimizer
     optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
-    keras_first = type("KerasFirst", (), {"__module__": wrapper.__module__})
-    bases = (wrapper, keras_first, tf_keras_lso, optimizers.Optimizer)
-    namespace = _namespace(wrapper, legacy)
+    # Any: mypy cannot check bases chosen at runtime.
+    base: typing.Any = wrapper
+    tf_keras_lso: typing.Any = tf_keras.mixed_precision.LossScaleOptimizer
+    tf_keras_optimizer: typing.Any = optimizers.Optimizer
+
+    class PlainCall(type(tf_keras_lso)):  # type: ignore[misc]
+        # tf_keras's metaclass `__call__` needs an `inner_optimizer`
+        # argument, which `LossScaleOptimizerV1(optimizer=...)` lacks.
+        __call__ = type.__call__
+
+    class KerasFirst:
+        """Keras 3's attributes that tf_keras's classes hide."""
+
     try:
-        cls = _plain_metaclass(type(tf_keras_lso))(
-            namespace["_public_name"], bases, namespace)
+        class TfKerasClass(base, KerasFirst, tf_keras_lso,
+                           tf_keras_optimizer, metaclass=PlainCall):
+            # Users read the class they made (`type(opt)`, repr, errors).
+            # Pickling and Keras find it as `wrapper`.
+            __module__ = wrapper.__module__
+            __qualname__ = wrapper.__qualname__
+            __doc__ = wrapper.__doc__
+            _public_name = vars(wrapper).get(
+                "_public_name", f"{wrapper.__module__}.{wrapper.__qualname__}")
+            _tf_keras_made_from = wrapper
+
+            def __reduce__(self) -> typing.Any:
+                # Keras pickles an optimizer as a classmethod of its class
+                # plus a file. No module holds this class: the classmethod
+                # is `wrapper`'s.
+                rebuild, *rest = base.__reduce__(self)
+                if getattr(rebuild, "__self__", None) is type(self):
+                    rebuild = getattr(wrapper, rebuild.__name__)
+                return (rebuild, *rest)
+
+            if legacy:
+                def _create_all_weights(self, var_list: list) -> None:
+                    # tf_keras's HDF5 loading calls it on an OptimizerV2.
+                    self.build(var_list)
     except TypeError as error:  # No consistent method order.
         raise _unknown_layout(tf_keras) from error
-    _put_keras_first(cls, keras_first, tf_keras)
+    # Dotted, because tf_keras reads a class named `LossScaleOptimizer` in a
+    # config as its own.
+    TfKerasClass.__name__ = TfKerasClass._public_name
+    _put_keras_first(TfKerasClass, KerasFirst, tf_keras)
     if legacy:
         # tf_keras's own `.keras` files hold no legacy optimizer's state.
-        compat.tf_keras_files_hold(cls)
-    register(wrapper, made=cls)
-    return cls
-
-
-def _namespace(wrapper: type, legacy: bool) -> dict[str, typing.Any]:
-    """The class's own attributes: it reads and pickles as `wrapper`."""
-    # Users read the class they made (`type(opt)`, repr, errors). The name
-    # is dotted because tf_keras reads a class named `LossScaleOptimizer`
-    # in a config as its own.
-    name = vars(wrapper).get("_public_name",
-                             f"{wrapper.__module__}.{wrapper.__qualname__}")
-    namespace = {
-        "__module__": wrapper.__module__, "__qualname__": wrapper.__qualname__,
-        "__doc__": wrapper.__doc__, "_public_name": name,
-        "__reduce__": _reduce_as(wrapper), "_tf_keras_made_from": wrapper}
-    if legacy:
-        # tf_keras's HDF5 loading calls it on a legacy optimizer.
-        namespace["_create_all_weights"] = _create_all_weights
-    return namespace
-
-
-def _create_all_weights(self: typing.Any, var_list: list) -> None:
-    self.build(var_list)
-
-
-def _plain_metaclass(metaclass: type) -> type:
-    """tf_keras's `metaclass` with a plain `__call__`.
-
-    tf_keras's own `__call__` needs an `inner_optimizer` argument, which
-    `LossScaleOptimizerV1(optimizer=...)` does not pass.
-    """
-    return type("PlainCall", (metaclass,), {"__call__": type.__call__})
+        compat.tf_keras_files_hold(TfKerasClass)
+    register(wrapper, made=TfKerasClass)
+    return TfKerasClass
 
 
 # What a class's namespace holds about the class itself: never copied.
@@ -191,23 +195,6 @@ def register(wrapper: type, made: type | None = None) -> None:
         if made is not None:
             register_as(made)
         register_as(wrapper)  # Last, so that the name leads to `wrapper`.
-
-
-def _reduce_as(wrapper: type) -> typing.Callable[[typing.Any], typing.Any]:
-    """`__reduce__` for a class made from `wrapper`.
-
-    Keras pickles an optimizer as a classmethod of its class plus a file.
-    No module holds the class made here, so the classmethod is `wrapper`'s.
-    """
-    reduce: typing.Any = wrapper.__reduce__  # Keras's (KerasSaveable).
-
-    def __reduce__(self: typing.Any) -> typing.Any:
-        rebuild, *rest = reduce(self)
-        if getattr(rebuild, "__self__", None) is type(self):
-            rebuild = getattr(wrapper, rebuild.__name__)
-        return (rebuild, *rest)
-
-    return __reduce__
 
 
 def _with_keras_custom_objects(config: dict,
