@@ -72,9 +72,9 @@ def tf_keras_class(wrapper: type, *, legacy: bool) -> type:
 
     tf_keras's `compile` takes only tf_keras optimizers, so this class is
     `wrapper` and also tf_keras's `LossScaleOptimizer` and a tf_keras
-    optimizer (`legacy`: an OptimizerV2), the bases of tf_keras's own loss
-    scale optimizer around the same optimizer. It adds no behaviour: where
-    both define an attribute, `wrapper`'s and Keras 3's come first.
+    optimizer (`legacy`: an OptimizerV2), as tf_keras's own loss scale
+    optimizer around the same optimizer is. It adds no behaviour: where both
+    define an attribute, `wrapper`'s and Keras 3's come first.
 
     Raises:
         RuntimeError: If tf_keras lays out its classes in an unknown way.
@@ -83,11 +83,13 @@ def tf_keras_class(wrapper: type, *, legacy: bool) -> type:
     if made_from is not None:  # `type(opt)`, asked again by from_config.
         return tf_keras_class(made_from, legacy=legacy)
     tf_keras = importlib.import_module("tf_keras")
+    tf_keras_lso = tf_keras.mixed_precision.LossScaleOptimizer
     optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
-    # Any: mypy cannot check bases chosen at runtime.
-    base: typing.Any = wrapper
-    tf_keras_lso: typing.Any = tf_keras.mixed_precision.LossScaleOptimizer
-    tf_keras_optimizer: typing.Any = optimizers.Optimizer
+    members = _LegacyMembers if legacy else _Members
+    # Dotted: tf_keras reads a class named `LossScaleOptimizer` in a config
+    # as its own.
+    name = vars(wrapper).get("_public_name",
+                             f"{wrapper.__module__}.{wrapper.__qualname__}")
 
     class PlainCall(type(tf_keras_lso)):  # type: ignore[misc]
         # tf_keras's metaclass `__call__` needs an `inner_optimizer`
@@ -97,42 +99,46 @@ def tf_keras_class(wrapper: type, *, legacy: bool) -> type:
     class KerasFirst:
         """Keras 3's attributes that tf_keras's classes hide."""
 
+    bases = (members, wrapper, KerasFirst, tf_keras_lso, optimizers.Optimizer)
     try:
-        class TfKerasClass(base, KerasFirst, tf_keras_lso,
-                           tf_keras_optimizer, metaclass=PlainCall):
+        class TfKerasClass(*bases, metaclass=PlainCall):  # type: ignore[misc]
             # Users read the class they made (`type(opt)`, repr, errors).
-            # Pickling and Keras find it as `wrapper`.
             __module__ = wrapper.__module__
             __qualname__ = wrapper.__qualname__
             __doc__ = wrapper.__doc__
-            _public_name = vars(wrapper).get(
-                "_public_name", f"{wrapper.__module__}.{wrapper.__qualname__}")
+            _public_name = name
             _tf_keras_made_from = wrapper
-
-            def __reduce__(self) -> typing.Any:
-                # Keras pickles an optimizer as a classmethod of its class
-                # plus a file. No module holds this class: the classmethod
-                # is `wrapper`'s.
-                rebuild, *rest = base.__reduce__(self)
-                if getattr(rebuild, "__self__", None) is type(self):
-                    rebuild = getattr(wrapper, rebuild.__name__)
-                return (rebuild, *rest)
-
-            if legacy:
-                def _create_all_weights(self, var_list: list) -> None:
-                    # tf_keras's HDF5 loading calls it on an OptimizerV2.
-                    self.build(var_list)
     except TypeError as error:  # No consistent method order.
         raise _unknown_layout(tf_keras) from error
-    # Dotted, because tf_keras reads a class named `LossScaleOptimizer` in a
-    # config as its own.
-    TfKerasClass.__name__ = TfKerasClass._public_name
+    TfKerasClass.__name__ = name
     _put_keras_first(TfKerasClass, KerasFirst, tf_keras)
     if legacy:
         # tf_keras's own `.keras` files hold no legacy optimizer's state.
         compat.tf_keras_files_hold(TfKerasClass)
     register(wrapper, made=TfKerasClass)
     return TfKerasClass
+
+
+class _Members:
+    """What a class made by `tf_keras_class` adds to its `wrapper`."""
+
+    _tf_keras_made_from: typing.ClassVar[typing.Any]
+
+    def __reduce__(self) -> typing.Any:
+        # Keras pickles an optimizer as a classmethod of its class plus a
+        # file. No module holds a made class: the classmethod is `wrapper`'s.
+        wrapper = self._tf_keras_made_from
+        rebuild, *rest = wrapper.__reduce__(self)
+        if getattr(rebuild, "__self__", None) is type(self):
+            rebuild = getattr(wrapper, rebuild.__name__)
+        return (rebuild, *rest)
+
+
+class _LegacyMembers(_Members):
+
+    def _create_all_weights(self: typing.Any, var_list: list) -> None:
+        # tf_keras's HDF5 loading calls it on an OptimizerV2.
+        self.build(var_list)
 
 
 # What a class's namespace holds about the class itself: never copied.
