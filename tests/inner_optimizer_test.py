@@ -348,6 +348,45 @@ class TfKerasClassTest(tf.test.TestCase, parameterized.TestCase):
                 f"^'{re.escape(name)}' object has no attribute 'nesterov'"):
             opt.nesterov  # noqa: B018 - the attribute read is the test.
 
+    @test_util.EAGER_AND_FUNCTION
+    def test_compute_gradients_scales_the_loss_as_tf_keras_does(
+            self, use_tf_function):
+        # tf_keras's own loss scale optimizer scales the loss in
+        # `compute_gradients`; an unscaled one would underflow in float16.
+        # 2**126 * 8 overflows float32: only a scaled loss's gradient is inf.
+        var = tf.Variable(1.0)
+        ours = tf_lso.LossScaleOptimizer(tf_keras.optimizers.SGD(1.0),
+                                         initial_scale=8)
+        theirs = tf_keras.mixed_precision.LossScaleOptimizer(
+            tf_keras.optimizers.SGD(1.0), dynamic=False, initial_scale=8)
+
+        def grads(opt, factor):
+            pairs = opt.compute_gradients(lambda: var * factor, [var])
+            return [grad for grad, _ in pairs]
+
+        grads = test_util.maybe_function(grads, use_tf_function)
+        for factor in (3.0, 2.0**126):
+            expected = self.evaluate(grads(theirs, factor))
+            self.assertAllEqual(self.evaluate(grads(ours, factor)), expected)
+        self.assertAllEqual(expected, [np.inf])
+
+    @parameterized.parameters(*inner_kinds.NAMES)
+    def test_an_unregistered_subclass_reads_back_by_its_name(self, kind):
+        class MyLossScaleOptimizer(tf_lso.LossScaleOptimizer):
+            """An unregistered subclass, found by `custom_objects`."""
+
+        opt = MyLossScaleOptimizer(inner_kinds.sgd(kind, 1.0),
+                                   initial_scale=8)
+        custom_objects = {"MyLossScaleOptimizer": MyLossScaleOptimizer}
+        framework = keras if kind == "keras" else tf_keras
+        config = framework.optimizers.serialize(opt)
+        self.assertEqual(config["class_name"], "MyLossScaleOptimizer")
+        restored = framework.optimizers.deserialize(
+            config, custom_objects=custom_objects)
+        self.assertIsInstance(restored, MyLossScaleOptimizer)
+        self.assertIs(type(restored), type(opt))
+        self.assertEqual(float(restored.loss_scale), 8.0)
+
     @parameterized.parameters(False, True)
     def test_an_unknown_class_layout_is_an_error_naming_the_version(
             self, legacy):

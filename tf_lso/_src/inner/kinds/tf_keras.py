@@ -73,8 +73,9 @@ def tf_keras_class(wrapper: type, *, legacy: bool) -> type:
     tf_keras's `compile` takes only tf_keras optimizers, so this class is
     `wrapper` and also tf_keras's `LossScaleOptimizer` and a tf_keras
     optimizer (`legacy`: an OptimizerV2), as tf_keras's own loss scale
-    optimizer around the same optimizer is. It adds no behaviour: where both
-    define an attribute, `wrapper`'s and Keras 3's come first.
+    optimizer around the same optimizer is. Where both define an attribute,
+    `wrapper`'s and Keras 3's come first. It adds only what tf_keras's own
+    class does: `compute_gradients` scales the loss.
 
     Raises:
         RuntimeError: If tf_keras lays out its classes in an unknown way.
@@ -85,11 +86,15 @@ def tf_keras_class(wrapper: type, *, legacy: bool) -> type:
     tf_keras = importlib.import_module("tf_keras")
     tf_keras_lso = tf_keras.mixed_precision.LossScaleOptimizer
     optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
-    members = _LegacyMembers if legacy else _Members
-    # Dotted: tf_keras reads a class named `LossScaleOptimizer` in a config
-    # as its own.
-    name = vars(wrapper).get("_public_name",
-                             f"{wrapper.__module__}.{wrapper.__qualname__}")
+    members = _LegacyMembers if legacy else _OptimizerMembers
+    # Users read the class they made (`type(opt)`, repr, errors, configs).
+    # tf_keras reads a class named `LossScaleOptimizer` in a config as its
+    # own, so such a name is dotted (`tf_lso.LossScaleOptimizer`).
+    dotted = vars(wrapper).get("_public_name",
+                               f"{wrapper.__module__}.{wrapper.__qualname__}")
+    name = vars(wrapper).get("_public_name", wrapper.__name__)
+    if name == "LossScaleOptimizer":
+        name = dotted
 
     class PlainCall(type(tf_keras_lso)):  # type: ignore[misc]
         # tf_keras's metaclass `__call__` needs an `inner_optimizer`
@@ -102,11 +107,10 @@ def tf_keras_class(wrapper: type, *, legacy: bool) -> type:
     bases = (members, wrapper, KerasFirst, tf_keras_lso, optimizers.Optimizer)
     try:
         class TfKerasClass(*bases, metaclass=PlainCall):  # type: ignore[misc]
-            # Users read the class they made (`type(opt)`, repr, errors).
             __module__ = wrapper.__module__
             __qualname__ = wrapper.__qualname__
             __doc__ = wrapper.__doc__
-            _public_name = name
+            _public_name = dotted
             _tf_keras_made_from = wrapper
     except TypeError as error:  # No consistent method order.
         raise _unknown_layout(tf_keras) from error
@@ -132,6 +136,24 @@ class _Members:
         if getattr(rebuild, "__self__", None) is type(self):
             rebuild = getattr(wrapper, rebuild.__name__)
         return (rebuild, *rest)
+
+
+class _OptimizerMembers(_Members):
+
+    def compute_gradients(self: typing.Any, loss: typing.Any,
+                          var_list: list, tape: typing.Any = None) -> list:
+        """Pairs of (unscaled gradient, variable) for the scaled `loss`.
+
+        tf_keras's own loss scale optimizer scales the loss here, which
+        `tf_keras.optimizers.Optimizer.compute_gradients` would not.
+        """
+        tape = tf.GradientTape() if tape is None else tape
+        with tape:
+            loss = self.get_scaled_loss(loss)
+        pairs = self.inner_optimizer.compute_gradients(loss, var_list,
+                                                       tape=tape)
+        grads = self.get_unscaled_gradients([grad for grad, _ in pairs])
+        return list(zip(grads, [var for _, var in pairs]))
 
 
 class _LegacyMembers(_Members):
