@@ -191,13 +191,13 @@ class ApplyStep(tf.Module):
               checked: packing.Packed, names_id: int) -> None:
         """Step 7, skipped: no variable or slot changes.
 
-        Under a strategy it runs once, in a cross-replica context. Its
-        arguments then hold every replica's values: `values` are each
-        replica's stacks of `checked` (which only lends its layout), so the
-        offending variables are summed over replicas, and the scale and the
-        window are the same on every replica, so the first one's is read.
-        With gradient accumulation only a window's first non-finite call
-        counts as skipped; the others count in `iterations`.
+        Under a strategy it runs once, in a cross-replica context, so its
+        arguments hold every replica's values. `values` are each replica's
+        stacks, laid out as `checked`'s; the offending gradients are summed
+        over replicas. The scale and the window are the same on every
+        replica, so the first replica's are read. With gradient
+        accumulation, only a window's first non-finite call counts as
+        skipped; the others count in `iterations`.
         """
 
         def count() -> None:
@@ -285,7 +285,8 @@ class ApplyStep(tf.Module):
 def _nonfinite_flags(checked: packing.Packed, values: list[tf.Tensor],
                      loss_nonfinite: tf.Tensor | None) -> tf.Tensor:
     """One int32 flag per gradient of `checked` (its `values`), and the
-    loss's last if it was seen: 1 where not finite."""
+    loss's last if it was seen: 1 where not finite. One tensor, so that one
+    all-reduce sums them over replicas."""
     flags = checked.nonfinite_per_gradient(values)
     if loss_nonfinite is None:
         return flags
