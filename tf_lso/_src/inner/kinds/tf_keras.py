@@ -141,19 +141,14 @@ class _Members:
 class _OptimizerMembers(_Members):
 
     def compute_gradients(self: typing.Any, loss: typing.Any,
-                          var_list: list, tape: typing.Any = None) -> list:
+                          var_list: typing.Any,
+                          tape: typing.Any = None) -> list:
         """Pairs of (unscaled gradient, variable) for the scaled `loss`.
 
         tf_keras's own loss scale optimizer scales the loss here, which
         `tf_keras.optimizers.Optimizer.compute_gradients` would not.
         """
-        tape = tf.GradientTape() if tape is None else tape
-        with tape:
-            loss = self.get_scaled_loss(loss)
-        pairs = self.inner_optimizer.compute_gradients(loss, var_list,
-                                                       tape=tape)
-        grads = self.get_unscaled_gradients([grad for grad, _ in pairs])
-        return list(zip(grads, [var for _, var in pairs]))
+        return self._compute_gradients(loss, var_list, tape=tape)
 
 
 class _LegacyMembers(_Members):
