@@ -14,7 +14,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tf_lso
-from tf_lso._src.optimizer import training_health
+from tf_lso._src.optimizer import loss_scale_optimizer
 
 import inner_kinds
 import test_util
@@ -471,7 +471,7 @@ class MirroredStopTest(tf.test.TestCase, parameterized.TestCase):
 
 
 def test_seen_losses_drop_the_oldest_verdicts_first():
-    seen = training_health.SeenLosses()
+    seen = loss_scale_optimizer.SeenLosses()
     for stale in range(seen._MAX_ENTRIES - 1):  # Threads that never apply.
         seen._entries[-1 - stale] = (None, tf.constant(False))
     saw, done, taken = threading.Event(), threading.Event(), []

@@ -10,12 +10,10 @@ finite. `Overflow` reads the record back with variable names.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import inspect
 import math
 import os
 import sys
-import threading
 import warnings
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -314,10 +312,10 @@ class LossScalingWarning(UserWarning):
     """
 
 
-_SILENCE = ("Told once per optimizer; silence it with warnings."
+SILENCE = ("Told once per optimizer; silence it with warnings."
             "filterwarnings('ignore', category=tf_lso.LossScalingWarning).")
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     """Issues a `LossScalingWarning` at the first caller outside tf_lso,
     TensorFlow and Keras. Autograph's rewrite is a temporary file: in a
     `tf.function`, the warning goes to the line that called it."""
@@ -351,138 +349,13 @@ def warn_if_bfloat16_policy(dynamic: bool | None) -> None:
     if tf_keras is not None:
         policies.append(tf_keras.mixed_precision.global_policy())
     if any(getattr(p, "name", None) == "mixed_bfloat16" for p in policies):
-        _warn(
+        warn(
             "A loss scale optimizer with a dynamic loss scale was built "
             "while the global dtype policy is 'mixed_bfloat16': bfloat16 has "
             "float32's exponent range and needs no loss scaling, which here "
             "costs a finite check of every gradient on every step and can "
             "skip steps. Train with the inner optimizer instead (and drop "
-            f"get_scaled_loss/get_unscaled_gradients). {_SILENCE}")
-
-
-@dataclasses.dataclass
-class SeenLoss:
-    """A thread's last scaled loss, as the thread's next apply reads it.
-
-    The apply uses `nonfinite` and `unscale_due` only in the graph the loss
-    was scaled in. `nonfinite` is a tensor of that graph. `unscale_due`
-    warns only where the gradients are surely the loss's. The other fields
-    hold in every graph of the thread, because Keras 3 code may scale a
-    loss in one `tf.function` and apply in another, or eagerly.
-    """
-
-    graph: Any  # The graph the loss was scaled in; None eagerly.
-    nonfinite: tf.Tensor  # Whether the loss had an Inf or NaN.
-    by_scale_loss: bool  # Keras 3's scale_loss, not get_scaled_loss.
-    unscale_due: bool  # get_scaled_loss's gradients still need unscaling.
-    unscaled: bool = False  # get_unscaled_gradients was called since.
-
-    @property
-    def still_scaled(self) -> bool:
-        """Whether the apply gets `scale_loss`'s gradients still scaled."""
-        return self.by_scale_loss and not self.unscaled
-
-    def in_its_graph(self) -> bool:
-        return self.graph is _graph()
-
-
-def _graph() -> Any:
-    return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
-
-
-class SeenLosses:
-    """The loss each thread scaled last, kept until the thread's next apply.
-
-    Per thread: each replica of a `MirroredStrategy` runs in its own thread,
-    and the threads take turns at every `merge_call`, which may come between
-    one replica's `scale_loss` and its apply.
-    """
-
-    # Threads that never apply leave their entry; past this, the oldest go.
-    _MAX_ENTRIES = 64
-
-    def __init__(self) -> None:
-        self._entries: dict[int, SeenLoss] = {}  # By thread id.
-        self._warned: set[str] = set()  # The methods warned about, once.
-
-    def see(self, loss: tf.Tensor, by_scale_loss: bool = False) -> None:
-        """Keeps `loss` (the float loss before scaling) for this thread."""
-        thread = threading.get_ident()
-        self._entries.pop(thread, None)
-        if len(self._entries) >= self._MAX_ENTRIES:
-            self._entries.pop(next(iter(self._entries)))
-        nonfinite = tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))
-        self._entries[thread] = SeenLoss(_graph(), nonfinite, by_scale_loss,
-                                         unscale_due=not by_scale_loss)
-
-    def last(self) -> SeenLoss | None:
-        """This thread's last scaled loss, or None."""
-        return self._entries.get(threading.get_ident())
-
-    def scaled_in_another_graph_since(self, seen: SeenLoss | None) -> bool:
-        """Whether this thread scaled a loss since `seen` was `last()`, in
-        another graph (a nested `tf.function`'s)."""
-        entry = self.last()
-        return entry is not seen and entry is not None and (
-            not entry.in_its_graph())
-
-    def unscaling(self) -> None:
-        """Says that code may unscale the last loss's gradients by hand."""
-        entry = self.last()
-        if entry is not None and entry.in_its_graph():
-            entry.unscale_due = False
-
-    def unscaled(self) -> None:
-        """Says that `get_unscaled_gradients` unscaled the last loss's
-        gradients."""
-        entry = self.last()
-        if entry is not None:
-            entry.unscaled = True
-        self.unscaling()
-
-    def warn_taken_as_unscaled(self) -> None:
-        """Warns once that `apply` takes gradients as unscaled: after
-        `get_unscaled_gradients`, others are most likely computed from its
-        output (clipped, say)."""
-        if "apply" in self._warned:
-            return
-        self._warned.add("apply")
-        _warn(
-            "apply() takes the gradients of a scaled loss (Keras 3's "
-            "protocol) and unscales them, but get_unscaled_gradients already "
-            "unscaled the gradients of the loss scaled last, and these are "
-            "not what it returned: tf_lso takes them as unscaled (computed "
-            "from its output) and applies them as they are, as "
-            "apply_gradients does. If they are still scaled, call apply() "
-            "without get_unscaled_gradients, or pass it what "
-            f"get_unscaled_gradients returned. {_SILENCE}")
-
-    def warn_if_not_unscaled(self) -> None:
-        """Warns once, at `apply_gradients`, if `get_scaled_loss`'s
-        gradients were not unscaled. It adds nothing to a traced step."""
-        entry = self.last()
-        if (entry is None or not entry.in_its_graph() or not entry.unscale_due
-                or "apply_gradients" in self._warned):
-            return
-        entry.unscale_due = False
-        self._warned.add("apply_gradients")
-        _warn(
-            "apply_gradients got gradients, but the loss that get_scaled_loss "
-            "scaled before it never went through get_unscaled_gradients: if "
-            "these are the gradients of that scaled loss, each step is the "
-            "loss scale (2**15 by default) times too large, or is skipped. "
-            "Unscale them first: grads = opt.get_unscaled_gradients("
-            "tape.gradient(scaled_loss, vars)); opt.apply_gradients(zip("
-            f"grads, vars)). {_SILENCE}")
-
-    def take(self) -> tf.Tensor | None:
-        """Ends this thread's last loss. Returns whether it was not finite
-        (a bool tensor), or None if none was seen here since the last apply.
-        """
-        entry = self._entries.pop(threading.get_ident(), None)
-        if entry is None or not entry.in_its_graph():
-            return None
-        return entry.nonfinite
+            f"get_scaled_loss/get_unscaled_gradients). {SILENCE}")
 
 
 # float16's smallest normal number and its largest finite one.
