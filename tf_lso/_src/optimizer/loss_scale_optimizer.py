@@ -422,6 +422,8 @@ class LossScaleOptimizer(
                 optimizer is a tf_keras legacy one (only those update
                 variables there).
         """
+        # TF 2.x's protocol hands in unscaled gradients. Keras 3's
+        # `scale_loss` then `apply_gradients` hands in scaled ones.
         seen = self._seen_losses.last()
         scaled = seen is not None and seen.still_scaled
         if not scaled:
@@ -464,6 +466,8 @@ class LossScaleOptimizer(
                 )
             trainable_variables = compat.keras_trainable_variables(self)
         grads = list(grads)
+        # Keras 3's protocol hands in scaled gradients, unless
+        # `get_unscaled_gradients` unscaled the last loss's.
         seen = self._seen_losses.last()
         scaled = seen is None or not seen.unscaled
         if not scaled and not all(self._handed_out.issued(g)
