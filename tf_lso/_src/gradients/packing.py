@@ -249,7 +249,7 @@ class Packed:
                       self.raw)
 
     def scaled(self, factor: Any) -> Packed:
-        """A Packed whose values but the `raw` ones are `scale_by` `factor`."""
+        """A Packed whose values but the `raw` ones are multiplied by `factor`."""
         return self._with_values([
             v if i in self.raw else scale_by(v, factor)
             for i, v in enumerate(self.values)

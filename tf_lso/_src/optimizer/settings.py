@@ -20,11 +20,8 @@ TF24_MULTIPLIER = 2.0
 
 
 class OptimizerSettings(typing.NamedTuple):
-    """A loss scale as TF 2.4's optimizer arguments describe it.
-
-    `growth_steps` (finite steps between increases) and `counter` (the int64
-    variable counting them) are None for a fixed scale.
-    """
+    """A loss scale as TF 2.4's optimizer arguments describe it; for a fixed
+    scale `growth_steps` and `counter` (its int64 variable) are None."""
 
     dynamic: bool | None
     initial_scale: float | None
@@ -36,9 +33,7 @@ NO_SETTINGS = OptimizerSettings(None, None, None, None)
 
 
 def describe(loss_scale: loss_scale_lib.LossScale) -> OptimizerSettings | None:
-    """TF 2.4's arguments for `loss_scale`, or None if they cannot say it: only
-    a `FixedLossScale` and a `DynamicLossScale` with multiplier 2 have them,
-    not a user's subclass."""
+    """TF 2.4's arguments for `loss_scale`, or None if they cannot say it."""
     if isinstance(loss_scale, loss_scale_lib.FixedLossScale):
         return OptimizerSettings(
             False, loss_scale.get_config()["loss_scale_value"], None, None)
@@ -81,15 +76,8 @@ def check_dynamic(dynamic: Any) -> None:
 
 def check_keras_keywords(kwargs: dict[str, Any],
                          class_name: str = "LossScaleOptimizer") -> None:
-    """Raises Keras 3's ValueError for keywords a loss scale optimizer lacks.
-
-    `kwargs` are the keywords beyond the constructor's own. Keras 3's base
-    optimizer arguments pass at their defaults only.
-
-    Raises:
-        ValueError: For `learning_rate`, a base optimizer argument off its
-            default, or an unknown keyword.
-    """
+    """Raises Keras 3's ValueError for `kwargs` beyond the constructor's own:
+    Keras 3's base optimizer arguments pass at their defaults only."""
     for name, value in kwargs.items():
         if name == "learning_rate":  # The inner optimizer's, at any value.
             refused = True
@@ -126,18 +114,8 @@ def loss_scale_from_settings(
     dynamic_growth_steps: Any = None,
 ) -> loss_scale_lib.FixedLossScale | loss_scale_lib.DynamicLossScale:
     """The `DynamicLossScale` (multiplier 2) or `FixedLossScale` for TF
-    2.4's constructor arguments, validated.
-
-    Args:
-        dynamic: Whether the scale is dynamic; must be a bool.
-        initial_scale: The initial scale; None for the default (dynamic only).
-        dynamic_growth_steps: The growth period; None for the default. Must
-            be None when `dynamic` is False.
-
-    Raises:
-        TypeError: If `dynamic` is not a bool or a value is not a number.
-        ValueError: For missing or out-of-range values.
-    """
+    2.4's constructor arguments, validated. A dynamic scale's None settings
+    take the defaults; a fixed scale takes `initial_scale` only."""
     check_dynamic(dynamic)
     if dynamic:
         return loss_scale_lib.DynamicLossScale(
