@@ -1,6 +1,6 @@
 """Version checks, and every private TensorFlow, Keras or tf_keras API.
 
-One function per hook, each naming the versions it was written against:
+Each hook is one function and names the versions it was written against.
 `tests/compat_test.py` fails when a new release moves one.
 """
 
@@ -46,8 +46,8 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def _require_tf_keras_if_chosen() -> None:
-    """With `TF_USE_LEGACY_KERAS=1` tf.keras is tf_keras: a missing one is an
-    error naming it, where TensorFlow's would blame Keras or TensorFlow."""
+    """With `TF_USE_LEGACY_KERAS=1`, `tf.keras` is tf_keras, so it must exist.
+    This error names it. TensorFlow's own would blame Keras or TensorFlow."""
     if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):
         return
     try:
@@ -105,14 +105,17 @@ def require_tensorflow() -> None:
 
 
 def is_variable(value: object) -> bool:
-    """Whether `value` is a `tf.Variable` or `keras.Variable` (no shared base)."""
+    """Whether `value` is a `tf.Variable` or a `keras.Variable`. The two share
+    no base class."""
     return callable(getattr(value, "assign", None))
 
 
 def in_xla_context() -> bool:
-    """Whether XLA compiles the graph being built (`jit_compile=True`): it
-    drops `tf.debugging.Assert` and cannot compile string ops. Private:
-    `control_flow_util.GraphOrParentsInXlaContext` (TF 2.16-2.21)."""
+    """Whether XLA compiles the graph being built (`jit_compile=True`).
+
+    XLA drops `tf.debugging.Assert` and cannot compile string ops, so the
+    assertions that name variables are left out there. Private (TF 2.16-2.21).
+    """
     import tensorflow as tf
     from tensorflow.python.ops import control_flow_util
 
@@ -122,9 +125,12 @@ def in_xla_context() -> bool:
 
 
 def merge_call_fails_in_cond() -> bool:
-    """Whether a `merge_call` inside a cond fails in this replica context:
-    TF 2.16-2.21's mirrored strategies refuse one in a traced cond, unless
-    they need none (XLA on GPUs; private `strategy_supports_no_merge_call`)."""
+    """Whether a `merge_call` inside a cond fails in this replica context.
+
+    TF 2.16-2.21's mirrored strategies run each replica in a thread whose
+    `merge_call` refuses to run in a cond being traced. A strategy that needs
+    no merge call (XLA on GPUs) is the exception.
+    """
     import tensorflow as tf
 
     if tf.executing_eagerly() or not tf.distribute.has_strategy():
@@ -141,7 +147,8 @@ def merge_call_fails_in_cond() -> bool:
 
 
 def tf_keras_module() -> types.ModuleType | None:
-    """The `tf_keras` module if the user imported it: tf_lso never does."""
+    """The `tf_keras` module if the user imported it, else None. tf_lso never
+    imports it."""
     return sys.modules.get("tf_keras")
 
 
@@ -150,9 +157,9 @@ _TF_KERAS_FILE_CLASSES: list[type] = []
 
 
 def tf_keras_files_hold(cls: type) -> None:
-    """Makes tf_keras's `.keras` and `.weights.h5` files hold `cls`'s state,
-    by wrapping (once) the private `saving_lib._is_keras_trackable`, which
-    decides what saving visits (tf_keras 2.16-2.21)."""
+    """Makes tf_keras's `.keras` and `.weights.h5` files hold `cls`'s state.
+    It wraps, once, the private `saving_lib._is_keras_trackable` (tf_keras
+    2.16-2.21), which decides what saving visits."""
     saving_lib: Any = importlib.import_module(
         "tf_keras.src.saving.saving_lib")
     if not _TF_KERAS_FILE_CLASSES:
@@ -169,9 +176,11 @@ def tf_keras_files_hold(cls: type) -> None:
 
 def legacy_create_all_weights(optimizer: Any,
                               var_list: Iterable[tf.Variable]) -> None:
-    """Creates a tf_keras legacy optimizer's slots and hyperparameters, named
-    as `apply_gradients` names them (`Adam/<variable>/m:0`): a `tf.cond`
-    cannot create them. Private `legacy.Optimizer` API (tf_keras 2.16-2.21).
+    """Creates all slots and hyperparameters of a tf_keras legacy optimizer.
+
+    A `tf.cond` cannot create them, so they are made up front, named as
+    `apply_gradients` would name them (`Adam/<variable>/m:0`). Private:
+    `legacy.Optimizer._create_all_weights` and `_name` (tf_keras 2.16-2.21).
     """
     import tensorflow as tf
 
@@ -189,12 +198,14 @@ def legacy_aggregate_gradients(
 
 
 def legacy_hyperparameter_names(optimizer: Any) -> frozenset[str]:
-    """The keys of the private `legacy.Optimizer._hyper` (tf_keras 2.16-2.21)."""
+    """A tf_keras legacy optimizer's hyperparameter names. They are the keys
+    of the private `legacy.Optimizer._hyper` (tf_keras 2.16-2.21)."""
     return frozenset(optimizer._hyper)
 
 
 def tf_dynamic_loss_scale_counter(loss_scale: Any) -> tf.Variable:
-    """The private `_num_good_steps` (TF 2.0-2.21): it has no public accessor."""
+    """The good-steps counter of TF's deprecated `DynamicLossScale`. The
+    private `_num_good_steps` (TF 2.0-2.21) has no public accessor."""
     return loss_scale._num_good_steps
 
 
@@ -213,8 +224,8 @@ def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """`Trackable` (TF 2.16-2.21), looked up late: the version check needs no
-    TensorFlow."""
+    """`Trackable` (TF 2.16-2.21), looked up on first use so that the version
+    check needs no TensorFlow."""
     if name == "Trackable":
         import tensorflow as tf
 
@@ -271,7 +282,8 @@ def keras_trainable_variables(optimizer: Any) -> list[Any]:
 def keras_set_trainable_variables(optimizer: Any,
                                   var_list: Iterable[Any]) -> None:
     """Records the variables a Keras 3 optimizer was built for, since a loss
-    scale optimizer skips Keras's `build`. Private (Keras 3.8-3.15)."""
+    scale optimizer skips Keras's `build`. Keras 3.8-3.15 read this private
+    attribute off any optimizer."""
     optimizer._trainable_variables = list(var_list)
 
 
@@ -300,9 +312,12 @@ def tf_keras_check_variables_are_known(
 
 
 def keras_is_auto_name(optimizer: Any) -> bool:
-    """Whether Keras generated a Keras 3 optimizer's name, which is then no
-    configuration: the constructor's default `name` (`"SGD"`, Keras 3.8-3.14)
-    or the snake-case class name, then `_1`, `_2`, ... (Keras 3.15)."""
+    """Whether a Keras 3 optimizer's name has the form Keras generates.
+
+    Such a name is not configuration: two `SGD()`s are configured alike.
+    Keras 3.8-3.14 use the constructor's default `name` (`"SGD"`). Keras
+    3.15 uses the class name in snake case, then `_1`, `_2`, ...
+    """
     try:
         parameter = inspect.signature(type(optimizer)).parameters.get("name")
     except (TypeError, ValueError):
@@ -317,16 +332,17 @@ def keras_is_auto_name(optimizer: Any) -> bool:
 
 def keras_step_counter(optimizer: Any) -> Any:
     """The variable counting a Keras 3 optimizer's `apply` calls (private,
-    Keras 3.8-3.15): with gradient accumulation `iterations` is a tensor."""
+    Keras 3.8-3.15). With gradient accumulation, `iterations` is a tensor."""
     return optimizer._iterations
 
 
 def keras_optimizer_into_strategy(optimizer: Any) -> None:
-    """Moves a Keras 3 optimizer made outside the strategy's scope into it (in
-    a cross-replica context). Its plain tf.Variables, which every replica
-    writes and which keep it from creating slots there, get copies made in
-    the strategy; the Keras variables stay the same objects. Private (Keras
-    3.8-3.15): the optimizer's `_distribution_strategy`, a variable's `_value`.
+    """Moves a Keras 3 optimizer made outside the strategy's scope into it.
+
+    Call it in a cross-replica context. Such an optimizer holds plain
+    tf.Variables, which every replica writes, and it cannot create slots
+    under the strategy. Each such variable gets a copy made in the strategy.
+    The Keras variable stays the same object. Private (Keras 3.8-3.15).
     """
     import tensorflow as tf
 
@@ -376,9 +392,9 @@ def _shadow_key(name: str) -> str:
 
 @contextlib.contextmanager
 def _shadowed(obj: Any, name: str, value: Any) -> Iterator[None]:
-    """While active, `obj`'s instance attribute `name` is `value`. Replica
-    threads overlap: a count in `obj.__dict__` lets the last exit restore the
-    old value, which `_unshadowed` reads meanwhile."""
+    """While active, `obj`'s instance attribute `name` is `value`. Replicas'
+    threads overlap, so a count in `obj.__dict__` lets the last exit restore
+    the old value, which `_unshadowed` reads meanwhile."""
     state = vars(obj)
     key = _shadow_key(name)
     with _SHADOWS_LOCK:
@@ -412,10 +428,12 @@ def _unshadowed(obj: Any, name: str, default: Any) -> Any:
 def keras_apply_without_all_reduce(
         optimizer: Any, grads_and_vars: Iterable[tuple[Any, Any]],
         *arguments: Any) -> None:
-    """Applies gradients with a Keras 3 optimizer, skipping its all-reduce (for
-    `experimental_aggregate_gradients=False`). The private all-reduce (Keras
-    3.8-3.15) has no public switch: it is the identity until the last
-    replica's call returns."""
+    """Applies gradients with a Keras 3 optimizer but skips its all-reduce.
+
+    It serves `experimental_aggregate_gradients=False`. The private
+    `TFOptimizer._all_reduce_sum_gradients` (Keras 3.8-3.15) has no public
+    switch, so it is the identity until the last replica's call returns.
+    """
     if not hasattr(type(optimizer), "_all_reduce_sum_gradients"):
         raise NotImplementedError(
             "apply_gradients(..., experimental_aggregate_gradients=False) "
@@ -440,9 +458,10 @@ def keras_loss_scale_optimizer_file_state(
 
 
 def keras_compile_owner() -> type[Any]:
-    """The private `Trainer` (Keras 3.8-3.15). `load_model` compiles a model
-    only if `type(model).compile == Trainer.compile`, so the hook goes there,
-    not on `keras.Model`."""
+    """The class whose `compile` the hook replaces: the private `Trainer`
+    (Keras 3.8-3.15). `load_model` compiles a model only if
+    `type(model).compile == Trainer.compile`, so the hook cannot go on
+    `keras.Model`."""
     from keras.src.trainers import trainer
 
     owner = trainer.Trainer
@@ -469,23 +488,26 @@ def keras_overwrite_with_ema(optimizer: Any) -> None:
 
 
 def keras_uses_ema(optimizer: Any) -> bool:
-    """`use_ema` as set outside `keras_apply_without_ema`, which another
-    replica's thread may be in."""
+    """Whether a Keras 3 optimizer keeps moving averages (`use_ema`). It reads
+    the setting outside `keras_apply_without_ema`, which another replica's
+    thread may be in."""
     return bool(_unshadowed(optimizer, "use_ema", False))
 
 
 @contextlib.contextmanager
 def keras_apply_without_ema(optimizer: Any) -> Iterator[None]:
-    """While active, a Keras 3 optimizer's `apply` leaves its averages alone:
+    """While active, a Keras 3 optimizer's `apply` leaves its averages alone.
+
     tf_lso updates them (`KerasInner`). Keras 3.8-3.15 read `use_ema` once
-    per trace, so it stays off until the last replica's call returns."""
+    per trace, so it stays off until the last replica's call returns.
+    """
     with _shadowed(optimizer, "use_ema", False):
         yield
 
 
 def tf_keras_is_tf_keras() -> bool:
-    """Whether `tf.keras` is tf_keras 2.x, asked of `tf.keras.Model`: the
-    `TF_USE_LEGACY_KERAS` variable may have changed since TensorFlow read it."""
+    """Whether `tf.keras` is tf_keras 2.x. It asks `tf.keras.Model`, since
+    `TF_USE_LEGACY_KERAS` may have changed after TensorFlow read it."""
     import tensorflow as tf
 
     return tf.keras.Model.__module__.split(".")[0] == "tf_keras"
