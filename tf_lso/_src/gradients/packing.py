@@ -39,8 +39,8 @@ def present_tensors(grads: Any) -> list[tf.Tensor]:
 
 
 def local_nonfinite(grads: Any) -> tf.Tensor:
-    """1.0 if a gradient of the nest is not finite, else 0.0 (`None`s are
-    ignored). Integer gradients raise, as they did in TF's loss scales."""
+    """A float32 scalar: 1 if a gradient is not finite, else 0. `None`s are
+    ignored. Integer gradients raise, as they did in TF's loss scales."""
     return nonfinite(pack(present_tensors(grads)).values)
 
 
@@ -135,11 +135,13 @@ class Identities:
 
 
 class HandedOut:
-    """The gradients `get_unscaled_gradients` handed out, found by identity:
-    never unscaled again (`issued`). In a graph, where ops cost every step,
-    the `Packed` behind each list is kept too: TF 2.x code passes that very
-    list to `apply_gradients`, which takes it once (`take`) instead of
-    packing it again. Any other list, even an equal one, is packed afresh.
+    """The gradients `get_unscaled_gradients` handed out, found by identity.
+
+    They are never unscaled again (`issued`). In a graph, ops cost on every
+    step, so the `Packed` behind each list is kept too. TF 2.x code passes
+    that very list to `apply_gradients`, which takes it once (`take`)
+    instead of packing it again. Any other list, even an equal one, is
+    packed afresh.
     """
 
     _MAX_ENTRIES = 8  # Replica threads each trace their own; keep it small.
@@ -249,16 +251,19 @@ class Packed:
                       self.raw)
 
     def scaled(self, factor: Any) -> Packed:
-        """A Packed whose values but the `raw` ones are multiplied by `factor`."""
+        """A Packed with its values, but the `raw` ones, times `factor`."""
         return self._with_values([
             v if i in self.raw else scale_by(v, factor)
             for i, v in enumerate(self.values)
         ])
 
     def unscaled(self, scale: Any) -> Packed:
-        """A Packed whose values are divided by the positive `scale`: times
-        its float32 reciprocal, as in TF, or above `HUGE_SCALE` in float64
-        (a cond picks if `scale` is not known while tracing)."""
+        """A Packed whose values are divided by the positive `scale`.
+
+        Up to `HUGE_SCALE` (every ordinary scale), they are multiplied by
+        the float32 reciprocal, as in TF. Above it, they are divided in
+        float64. A cond picks if `scale` is not known while tracing.
+        """
         scale = tf.convert_to_tensor(scale, tf.float32)
 
         def ordinary() -> list[tf.Tensor]:
@@ -329,10 +334,12 @@ class Packed:
     def per_gradient(self, reduce_fn: Callable[[tf.Tensor], tf.Tensor],
                      missing: Any,
                      values: Sequence[tf.Tensor] | None = None) -> tf.Tensor:
-        """A float32 matrix, one row per gradient: `reduce_fn` maps a float32
-        matrix of gradients, one flattened per row (an `IndexedSlices`'
-        values), to their rows. `missing` is a `None`'s row. `values` stand
-        for `self.values`."""
+        """A float32 matrix of `reduce_fn`'s numbers, one row per gradient.
+
+        `reduce_fn` maps a float32 matrix, one flattened gradient per row
+        (an `IndexedSlices`' values), to one row of numbers per gradient.
+        `missing` is the row for a `None`. `values` stand for `self.values`.
+        """
         return self._per_row(
             lambda rows: reduce_fn(tf.cast(rows, tf.float32)),
             tf.constant([missing], tf.float32), values)
@@ -340,9 +347,12 @@ class Packed:
     def _per_row(self, reduce_rows: Callable[[tf.Tensor], tf.Tensor],
                  missing: tf.Tensor,
                  values: Sequence[tf.Tensor] | None) -> tf.Tensor:
-        """`reduce_rows` of every packed value, rows in gradient order: one
-        call per stack and one gather (`missing` for `None`s), so the op
-        count does not grow with the number of gradients."""
+        """`reduce_rows` of every packed value, rows in gradient order.
+
+        Each stack is reduced once for all its members. One gather puts the
+        rows in order (`missing` for `None`s). The op count thus does not
+        grow with the number of gradients.
+        """
         values = self.values if values is None else values
         stacks = {entry.index for entry in self._plan
                   if isinstance(entry, Stacked)}

@@ -116,10 +116,13 @@ def all_reduced(packed: packing.Packed) -> packing.Packed:
 
 
 def in_cross_replica_context(fn: Callable[..., Any], *args: Any) -> Any:
-    """Calls `fn(*args)` once, in a cross-replica context, for what a replica
-    may not do (a cond around `strategy.extended.update`). From a replica
-    context it goes through `merge_call`, so `args` arrive per replica
-    (`first_replica`), and it must not be inside a cond there."""
+    """Calls `fn(*args)` once, in a cross-replica context.
+
+    From a replica context it goes through `merge_call`, so `args` arrive per
+    replica (see `first_replica`). It does what a replica may not, such as a
+    cond around `strategy.extended.update`. Do not call it inside a cond in a
+    replica context.
+    """
     if tf.distribute.has_strategy() and (
         not tf.distribute.in_cross_replica_context()
     ):
@@ -186,10 +189,12 @@ def cond_on_all_replicas(pred: bool | tf.Tensor, true_fn: Callable[..., Any],
 def _lowered_cond(pred: tf.Tensor, true_fn: Callable[[], Any],
                   false_fn: Callable[[], Any]) -> Any:
     """`tf.cond`, lowered to Switch/Merge ops in a graph; its output runs
-    the branch's ops in a `tf.compat.v1` graph, else it is None. Lowered,
-    the apply branch is part of the step's graph, so Grappler rewrites it as
-    a bare optimizer's and a kept step is bit-equal to the bare step (as one
-    If op, Adagrad, Ftrl and RMSprop were a few ulps off: docs/performance.md).
+    the branch's ops in a `tf.compat.v1` graph, else it is None.
+
+    Lowered, the apply branch is part of the step's graph, so Grappler
+    rewrites the update as it rewrites a bare optimizer's, and a kept step
+    is bit-equal to the bare step. As one If op, Adagrad, Ftrl and RMSprop
+    came out a few ulps apart (docs/performance.md).
     """
     if not in_v1_graph():
         tf.cond(pred, lambda: _none(true_fn()), lambda: _none(false_fn()))
@@ -208,10 +213,13 @@ def grouped(result: Any) -> tf.Operation:
 
 
 def assign_state(assignments: Sequence[tuple[tf.Variable, Any]]) -> list[Any]:
-    """Assigns each value, the same on every replica, to its `state_variable`
-    once per step: the first replica's write, or one cross-replica write for
-    a variable made outside the strategy's scope (all replicas share it).
-    Returns the assign ops (None entries eagerly)."""
+    """Assigns each value to its `state_variable`, once per step.
+
+    Every replica computes the same values. A variable made in the
+    strategy's scope takes the first replica's write. One made outside it
+    is shared by all replicas, so it is written once, in a cross-replica
+    context. Returns the assign ops (None entries eagerly).
+    """
 
     def assign(*values: Any) -> list[Any]:
         return [variable.assign(first_replica(value), read_value=False)

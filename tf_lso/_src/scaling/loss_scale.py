@@ -1,8 +1,8 @@
 """TF 2.1-2.8's `LossScale`, `FixedLossScale` and `DynamicLossScale`.
 
-The step (`optimizer/apply_step.py`) calls the `update` of a user's loss
-scale only (`step_mode`). For a dynamic one it checks the gradients itself
-and applies `DynamicRule.next`, a pure function, with `advance`.
+The step (`optimizer/apply_step.py`) calls `update` only on a user's loss
+scale (`step_mode`). For a dynamic scale, it checks the gradients itself.
+Then `advance` applies `DynamicRule.next`, a pure function.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class FixedLossScale(LossScale):
 
     @classmethod
     def _below_one_too(cls, value: Any, name: str) -> FixedLossScale:
-        """`any_positive_fixed_scale`: below 1 too, which `__init__` refuses."""
+        """For `any_positive_fixed_scale`: also below 1, unlike `__init__`."""
         number = validation.scale(value, name)
         loss_scale = cls(1)
         loss_scale._loss_scale_value = number
@@ -139,7 +139,8 @@ class FixedLossScale(LossScale):
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
     def update(self, grads: Any) -> tuple[tf.Operation | None, bool]:
-        """Returns `(no_op(), True)`: a Python True needs no `tf.cond`."""
+        """Returns a no-op (None eagerly) and a Python True, so callers need
+        no `tf.cond`."""
         del grads
         return no_op(), True
 
@@ -234,9 +235,12 @@ class DynamicLossScale(LossScale):
         return tf.convert_to_tensor(self.current_loss_scale)
 
     def update(self, grads: Any) -> tuple[tf.Tensor | None, tf.Tensor]:
-        """Grows or backs off the scale (see the class), in any context.
+        """Grows or backs off the scale, as the class docstring says.
+
+        It works eagerly, in a `tf.function`, and in any strategy context.
         `should_apply_gradients` is a bool scalar tensor: whether every
-        replica's gradients are finite (an empty nest is)."""
+        replica's gradients are finite (an empty nest is).
+        """
         is_finite = replicas.all_finite(grads)
         # The verdict reads no variable: in a tf.compat.v1 graph it may run
         # before they are initialized. The update op checks the scale.
@@ -281,10 +285,16 @@ StepMode = Literal["fixed", "rule", "update"]
 
 
 def step_mode(loss_scale: LossScale, accumulating: bool = False) -> StepMode:
-    """How the step treats `loss_scale`: "fixed" never checks or skips;
-    "rule" checks the gradients and `advance`s; "update" calls `update(grads)`.
-    A subclass that overrides `update` gets "update", but not with gradient
-    accumulation (`accumulating`): its `update` knows nothing of windows.
+    """How a loss scale optimizer's step treats `loss_scale`.
+
+    * "fixed": a fixed scale. The step never checks and never skips.
+    * "rule": a dynamic scale. The step checks the gradients and applies
+      its `DynamicRule` (`advance`).
+    * "update": any other loss scale. The step calls its `update(grads)`.
+
+    A subclass that overrides `update` is asked through it. With gradient
+    accumulation (`accumulating`), the step follows the built-in class
+    instead. The subclass's `update` knows nothing of windows.
     """
     if not isinstance(loss_scale, (FixedLossScale, DynamicLossScale)) or not (
             accumulating or type(loss_scale).update in _RULED_UPDATES):
@@ -305,10 +315,13 @@ def usable(scale: tf.Tensor) -> tf.Tensor:
 def advance(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
             active: tf.Tensor | None = None
             ) -> tuple[tf.Tensor | None, tf.Tensor]:
-    """Assigns the scale and counter its `rule` gives after a step, unless
-    the bool tensor `active` (gradient accumulation's) is False. Returns
-    `(update_op, is_finite)` as `LossScale.update` does; `is_finite` is also
-    False for a damaged scale, which `_checked` makes an error."""
+    """Assigns the scale and counter its `rule` gives after a step.
+
+    Where the bool tensor `active` is False, nothing changes (the step passes
+    it with gradient accumulation). Returns `(update_op, is_finite)`, as
+    `LossScale.update` does. `is_finite` is also False for a damaged scale,
+    which `_checked` makes an error.
+    """
     scale, count, is_finite = _checked(loss_scale, is_finite, active)
     new_scale, new_count = loss_scale.rule.next(scale, count, is_finite)
     if active is not None:
@@ -355,9 +368,12 @@ def _checked(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
 
 
 def any_positive_fixed_scale(value: Any, name: str) -> FixedLossScale:
-    """A fixed scale of any positive `value` finite as a float32: TF 2.4's
-    optimizer arguments allowed scales below 1, which the public constructor
-    refuses. Its TypeError or ValueError names the argument `name`."""
+    """A fixed scale of any positive `value` that is finite as a float32.
+
+    TF 2.4's optimizer arguments allowed scales below 1, which the public
+    constructor refuses. A non-number is a TypeError and a bad number a
+    ValueError. Both messages name the argument `name`.
+    """
     return FixedLossScale._below_one_too(value, name)
 
 

@@ -111,10 +111,13 @@ def get(identifier: Any) -> loss_scale_lib.LossScale | None:
 def fixed_loss_scale(
     number: Any, tf24_arguments: bool = False
 ) -> loss_scale_lib.FixedLossScale | None:
-    """The fixed loss scale a number stands for (None if it is no number; out
-    of range, an error): a Python number of at least 1 for `get`, any
-    positive one finite in float32 for the optimizers (`tf24_arguments=True`),
-    as TF had it."""
+    """The fixed loss scale a number stands for, or None if it is no number.
+
+    This is the one place that says which numbers are fixed loss scales.
+    For `get` and `FixedLossScale`, a Python number of at least 1. For the
+    optimizers (`tf24_arguments=True`), any positive number finite in
+    float32, as TF had it. Out of range, it raises TypeError or ValueError.
+    """
     if tf24_arguments:
         if validation.is_number(number):
             return loss_scale_lib.any_positive_fixed_scale(number,
@@ -151,7 +154,8 @@ def is_tensorflow_loss_scale(value: Any) -> bool:
 
 def from_tensorflow_loss_scale(value: Any) -> loss_scale_lib.LossScale:
     """Copies a `tf.compat.v1.mixed_precision` Fixed or DynamicLossScale
-    (configuration, scale, counter) into a tf_lso one; any other is a TypeError."""
+    (configuration, scale, counter) into a tf_lso one. Any other TF loss
+    scale is a TypeError."""
     if isinstance(value, tf.compat.v1.mixed_precision.FixedLossScale):
         return loss_scale_lib.any_positive_fixed_scale(
             float(value()), "loss_scale_value")

@@ -51,9 +51,15 @@ def _number(value: Any, name: str) -> float:
 
 
 def scale(value: Any, name: str, minimum: float = SMALLEST_SCALE) -> float:
-    """`value` as a Python float, if its float32 is finite and at least
-    `minimum` (1 where TF required it); else a ValueError, or a TypeError for
-    a non-number, naming `name`."""
+    """Returns `value` as a Python float if its float32 is a usable scale.
+
+    `minimum` is the smallest accepted float32 value (1 where TF required
+    it). `name` is for messages.
+
+    Raises:
+        TypeError: If `value` is not a number.
+        ValueError: If its float32 value is not finite or below `minimum`.
+    """
     number = _number(value, name)
     with np.errstate(over="ignore", under="ignore"):
         as_float32 = float(np.float32(number))
@@ -70,10 +76,13 @@ def scale(value: Any, name: str, minimum: float = SMALLEST_SCALE) -> float:
 
 
 def integer(value: Any, name: str, minimum: int = 1) -> int:
-    """`value` as an int, from an int or an integral float such as 2.0 (TF
-    2.4's tests passed `dynamic_growth_steps=2.0`) of at least `minimum` that
-    fits an int64; else a ValueError, or a TypeError for a non-number, naming
-    `name`."""
+    """Returns `value` as an int. Integral floats such as 2.0 pass, since TF
+    2.4's tests passed `dynamic_growth_steps=2.0`. `name` is for messages.
+
+    Raises:
+        TypeError: If `value` is not a number.
+        ValueError: If it is not integral, below `minimum` or above int64.
+    """
     if not is_number(value):
         raise TypeError(
             f"`{name}` must be an integer. Received: {name}={value!r} of type "
