@@ -49,8 +49,9 @@ def _is_wrapping(wrapper: Any) -> bool:
 
 def start_forwarding(wrapper: InnerOptimizerForwarding,
                      inner: inner_optimizer.InnerOptimizer) -> None:
-    """Makes `wrapper`'s attributes read through to `inner` from now on (after
-    Keras's constructor, whose defaults must not reach `inner`)."""
+    """Makes `wrapper`'s attributes read through to `inner` from now on. The
+    subclass calls it after Keras's constructor, whose defaults must not
+    reach `inner`."""
     wrapper.__dict__["_forwarded_names"] = frozenset(
         name for name in inner.hyperparameter_names()
         if not name.startswith("_"))
@@ -58,7 +59,8 @@ def start_forwarding(wrapper: InnerOptimizerForwarding,
 
 
 class InnerOptimizerForwarding:
-    """A Keras optimizer whose state is another's, from `start_forwarding` on."""
+    """A Keras optimizer whose state is another optimizer's. Forwarding
+    starts when the subclass calls `start_forwarding`."""
 
     #: The `InnerOptimizer`, set by `start_forwarding`.
     _inner: inner_optimizer.InnerOptimizer
@@ -80,9 +82,12 @@ class InnerOptimizerForwarding:
 
     @property
     def learning_rate(self) -> Any:
-        """The inner optimizer's learning rate: with a schedule on a Keras 3
-        one, a `ScheduledLearningRate`, which TF 2.x code calls with a step
-        and Keras 3 code reads as the current value."""
+        """The inner optimizer's learning rate.
+
+        With a schedule on a Keras 3 inner optimizer, it is a
+        `ScheduledLearningRate`. TF 2.x code calls it with a step, and
+        Keras 3 code reads it as the current value.
+        """
         return self._inner.learning_rate()
 
     @learning_rate.setter
@@ -167,8 +172,11 @@ class InnerOptimizerForwarding:
         self._inner.optimizer.set_weights(weights)
 
     def get_slot_names(self) -> list[str]:
-        """The inner optimizer's slot names: `[]` but for tf_keras legacy
-        optimizers, as the others keep their state in `variables`."""
+        """The inner optimizer's slot names, or `[]` if it has none.
+
+        Only tf_keras legacy optimizers have named slots. The others keep
+        their state in `variables`.
+        """
         return self._inner.slot_names()
 
     def get_slot(self, var: tf.Variable, slot_name: str) -> tf.Variable:

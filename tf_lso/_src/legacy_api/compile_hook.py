@@ -1,15 +1,20 @@
 """`Model.compile` wraps a plain optimizer in a loss scale optimizer.
 
-While the hook is enabled, `keras.Model.compile` (on Keras's `Trainer`, as
-`compat.keras_compile_owner` says) first asks `compile_optimizer` which
-optimizer to use; on the legacy-Keras route (`TF_USE_LEGACY_KERAS=1`)
-tf_keras's asks `tf_keras_compile_optimizer`. Both choose by one rule,
+While the hook is enabled, `keras.Model.compile` first asks
+`compile_optimizer` which optimizer to use. The hook sits on Keras's
+`Trainer`, so that `load_model` still compiles the models it loads
+(`compat.keras_compile_owner`). On the legacy-Keras route
+(`TF_USE_LEGACY_KERAS=1`), tf_keras's `Model.compile` is hooked too
+(`tf_keras_compile_optimizer`). Both routes choose the wrapper by one rule,
 `_wrapper`.
 
 The hook holds both of its switches, so they live exactly as long as it:
-whether it is installed (`enable()`/`disable()`, called by `set_policy`,
-`tf_lso.install()` and `tf_lso.uninstall()`), and `enable`'s
-`wrap_mixed_float16`, which `tf_lso.install()` turns on.
+
+* `enable()` and `disable()` install and remove the hook. `set_policy` and
+  `tf_lso.install()` enable it. `tf_lso.uninstall()` disables it unless a
+  tf_lso `Policy` is global.
+* `wrap_mixed_float16` (see `enable`) picks the class that a plain
+  `'mixed_float16'` policy wraps in. `tf_lso.install()` turns it on.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 
 class LossScalePolicy(abc.ABC):
-    """A dtype policy with a loss scale, under which `compile` wraps.
-    `Policy` registers as one, so that policy.py imports this module and not
-    the other way round."""
+    """A dtype policy with a loss scale, as TF 2.1-2.3's `Policy` was.
+    `compile` wraps the optimizer of a model whose policy is one. `Policy`
+    registers as one, so that policy.py imports this module and not the
+    other way round."""
 
     @property
     @abc.abstractmethod
@@ -40,11 +46,13 @@ class LossScalePolicy(abc.ABC):
 
 
 def enable(*, wrap_mixed_float16: bool | None = None) -> None:
-    """Makes `keras.Model.compile` (and tf_keras's, on the legacy-Keras
-    route) apply `compile_optimizer`; idempotent. `wrap_mixed_float16`:
-    whether a plain `'mixed_float16'` policy wraps in
-    `tf_lso.LossScaleOptimizer`, not Keras 3's class; None keeps the current
-    setting (off at first)."""
+    """Makes `keras.Model.compile` apply `compile_optimizer` (idempotent).
+
+    Args:
+        wrap_mixed_float16: Whether a plain `'mixed_float16'` policy wraps
+            in `tf_lso.LossScaleOptimizer` instead of Keras 3's class. None
+            keeps the current setting (off if the hook was not enabled).
+    """
     if compat.tf_keras_is_tf_keras():
         _enable_tf_keras()
     owner = compat.keras_compile_owner()
@@ -135,9 +143,12 @@ def disable() -> None:
 def compile_optimizer(model: Any, optimizer: Any,
                       auto_scale_loss: bool = True, *,
                       wrap_mixed_float16: bool = False) -> Any:
-    """The optimizer that Keras 3's `model.compile` should use: wrapped (see
-    `_wrapper`) under a `Policy` with a loss scale, or with the hook's
-    `wrap_mixed_float16` under a plain `'mixed_float16'` policy."""
+    """The optimizer that Keras 3's `model.compile` should use.
+
+    It is wrapped (see `_wrapper`) under a `Policy` with a loss scale. With
+    the hook's `wrap_mixed_float16` switch, it is wrapped under a plain
+    `'mixed_float16'` policy too.
+    """
     policy: Any = getattr(model, "dtype_policy", None)
     tf_lso_policy = _tf_lso_policy(model)
     if tf_lso_policy is not None and tf_lso_policy.loss_scale is not None:
@@ -151,11 +162,15 @@ def compile_optimizer(model: Any, optimizer: Any,
 
 def tf_keras_compile_optimizer(model: Any, optimizer: Any,
                                policy: Any = None) -> Any:
-    """The optimizer that tf_keras's `model.compile` should get. The global
-    TF 2.1-2.3 `policy` (or None) applies if the model's policy has its name.
-    Under `'mixed_float16'` without a loss scale, a fixed scale of 1, which
-    scales nothing, keeps tf_keras's own `compile` from wrapping the
-    optimizer in a dynamic one."""
+    """The optimizer that tf_keras's `model.compile` should get.
+
+    The global TF 2.1-2.3 `policy` (one with a `loss_scale`, or None)
+    applies if the model's policy has its name. Then a plain tf_keras
+    optimizer is wrapped as `compile_optimizer` wraps a Keras 3 one. Under
+    `'mixed_float16'`, a policy without a loss scale gives a fixed scale of
+    1, which scales nothing. Otherwise tf_keras's own `compile` would wrap
+    the optimizer in a dynamic one.
+    """
     tf_keras = compat.tf_keras_module()
     assert tf_keras is not None  # Its compile calls this.
     if isinstance(optimizer, v2.LossScaleOptimizer):
@@ -175,8 +190,8 @@ def tf_keras_compile_optimizer(model: Any, optimizer: Any,
 
 
 def _check_tf_keras_can_train(optimizer: Any, tf_keras: Any) -> None:
-    """Raises TypeError for a tf_lso optimizer that tf_keras cannot train
-    (around a tf_keras optimizer it is a tf_keras optimizer too)."""
+    """Raises TypeError for a tf_lso optimizer that tf_keras cannot train.
+    Around a tf_keras optimizer, it is a tf_keras optimizer too."""
     if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
         return
     inner = type(optimizer.inner_optimizer)
@@ -192,11 +207,13 @@ def _check_tf_keras_can_train(optimizer: Any, tf_keras: Any) -> None:
 
 def _wrapper(model: Any, optimizer: Any,
              loss_scale: loss_scale_lib.LossScale | None) -> Any:
-    """The loss scale optimizer `compile` uses: `optimizer` if it is one;
-    for `loss_scale` None, `tf_lso.LossScaleOptimizer` with its defaults;
-    else `tf_lso.experimental.LossScaleOptimizer` around a copy of
-    `loss_scale`, so that models share none. A recompile with the same
-    optimizer keeps the model's wrapper if this rule would make the same one.
+    """The loss scale optimizer that `compile` uses around `optimizer`.
+
+    A loss scale optimizer is used as it is. Otherwise, with `loss_scale`
+    None, it is `tf_lso.LossScaleOptimizer` with its defaults. Else it is
+    `tf_lso.experimental.LossScaleOptimizer` around a copy of `loss_scale`,
+    so that models do not share one. A recompile with the same optimizer
+    keeps the model's wrapper if this rule would make the same one.
     """
     if wrapping.is_loss_scale_optimizer(optimizer):
         return optimizer

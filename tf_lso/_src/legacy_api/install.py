@@ -147,8 +147,11 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    """Undoes `install()`, and removes the `keras.Model.compile` hook unless a
-    tf_lso `Policy`, which needs it, is the global policy."""
+    """Undoes `install()`: TensorFlow's names are as they were before.
+
+    It removes the `keras.Model.compile` hook too, unless the global policy
+    is a tf_lso `Policy`, which needs the hook.
+    """
     while _installed:
         owner, name, previous = _installed.pop()
         if previous is _MISSING:

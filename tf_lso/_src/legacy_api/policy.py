@@ -1,7 +1,7 @@
 """The TF 2.1-2.3 dtype policy API: `Policy(name, loss_scale='auto')`.
 
-A Keras 3 `DTypePolicy` with a loss scale, under which `model.compile`
-wraps the optimizer (compile_hook.py).
+A `Policy` is a Keras 3 `DTypePolicy` with a loss scale. `model.compile`
+wraps a plain optimizer in a loss scale optimizer with it (compile_hook.py).
 """
 
 from __future__ import annotations

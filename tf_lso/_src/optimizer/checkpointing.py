@@ -54,7 +54,7 @@ _KERAS_WRAPPER_ONLY = ("_iterations", "_learning_rate")
 
 
 class Layout:
-    """The checkpoint node of a loss scale optimizer, in TF 2.3+'s layout:
+    """The checkpoint node of a loss scale optimizer, in TF 2.3+'s layout.
     `LayoutCheckpointing`'s `Trackable` methods forward here."""
 
     def __init__(self, inner: inner_optimizer.InnerOptimizer,

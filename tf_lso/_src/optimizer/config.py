@@ -1,6 +1,8 @@
-"""The loss scale optimizers' two config formats; no other module spells
-their keys. `get_config()` writes TF 2.4's (`tf24_config`), or TF 2.1-2.3's
-for a loss scale that TF 2.4's arguments cannot describe (`tf23_config`).
+"""The loss scale optimizers' two config formats. No other module spells
+their keys.
+
+`get_config()` writes TF 2.4's format (`tf24_config`). A loss scale that
+TF 2.4's arguments cannot describe gets TF 2.1-2.3's (`tf23_config`).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ OPTIONAL_KEYS = ("name", "max_consecutive_skips", "print_overflows",
 
 
 def checked_config(config: Any, class_name: str) -> dict[str, Any]:
-    """Checks `config`'s keys; returns a copy without Keras 3's base optimizer
-    settings, which older configs hold (checked as the constructor checks
-    them). A TypeError or ValueError says what does not fit."""
+    """Checks `config`'s keys and returns a copy without Keras 3's base
+    optimizer settings. Older configs hold them, and they are checked as the
+    constructor checks them. A TypeError or ValueError says what is wrong."""
     if not isinstance(config, dict):
         raise TypeError(
             f"{class_name}.from_config() needs a dict, as returned by "
@@ -92,9 +94,9 @@ def tf23_config(inner_config: Any, loss_scale: loss_scale_lib.LossScale,
 
 
 class OptimizerConfig(typing.NamedTuple):
-    """A checked config, as `read` returns it: TF 2.1-2.3's format gives a
-    `loss_scale` and `tf24_settings={}`, TF 2.4's the `TF24_SETTINGS` it
-    holds and `loss_scale=None`."""
+    """A checked config of either format, as `read` returns it. TF 2.1-2.3's
+    format gives a deserialized `loss_scale` and `tf24_settings={}`. TF 2.4's
+    gives the `TF24_SETTINGS` it holds and `loss_scale=None`."""
 
     inner_optimizer: Any
     loss_scale: loss_scale_lib.LossScale | None
@@ -125,9 +127,13 @@ class OptimizerConfig(typing.NamedTuple):
 
 def read(config: Any, class_name: str = "LossScaleOptimizer",
          custom_objects: dict[str, Any] | None = None) -> OptimizerConfig:
-    """Checks `config` (`checked_config`) and reads either format, with
-    `custom_objects` for a TF 2.1-2.3 loss scale. Also a ValueError for a
-    DynamicLossScale whose multiplier is not 2 or an unknown loss scale class.
+    """Checks `config` (see `checked_config`) and reads either format.
+
+    `custom_objects` are custom classes for a TF 2.1-2.3 loss scale.
+
+    Raises:
+        TypeError, ValueError: See `checked_config`. Also a ValueError for
+            a DynamicLossScale whose multiplier is not 2 or an unknown class.
     """
     config = checked_config(config, class_name)
     optional = {k: config[k] for k in OPTIONAL_KEYS if k in config}

@@ -20,8 +20,9 @@ TF24_MULTIPLIER = 2.0
 
 
 class OptimizerSettings(typing.NamedTuple):
-    """A loss scale as TF 2.4's optimizer arguments describe it; for a fixed
-    scale `growth_steps` and `counter` (its int64 variable) are None."""
+    """A loss scale as TF 2.4's optimizer arguments describe it. For a fixed
+    scale, `growth_steps` (finite steps between increases) and `counter`
+    (the int64 variable counting them) are None."""
 
     dynamic: bool | None
     initial_scale: float | None
@@ -76,8 +77,9 @@ def check_dynamic(dynamic: Any) -> None:
 
 def check_keras_keywords(kwargs: dict[str, Any],
                          class_name: str = "LossScaleOptimizer") -> None:
-    """Raises Keras 3's ValueError for `kwargs` beyond the constructor's own:
-    Keras 3's base optimizer arguments pass at their defaults only."""
+    """Raises Keras 3's ValueError for keywords a loss scale optimizer lacks.
+    `kwargs` are those beyond the constructor's own. Keras 3's base optimizer
+    arguments pass at their defaults only."""
     for name, value in kwargs.items():
         if name == "learning_rate":  # The inner optimizer's, at any value.
             refused = True
@@ -114,8 +116,11 @@ def loss_scale_from_settings(
     dynamic_growth_steps: Any = None,
 ) -> loss_scale_lib.FixedLossScale | loss_scale_lib.DynamicLossScale:
     """The `DynamicLossScale` (multiplier 2) or `FixedLossScale` for TF
-    2.4's constructor arguments, validated. A dynamic scale's None settings
-    take the defaults; a fixed scale takes `initial_scale` only."""
+    2.4's constructor arguments, validated.
+
+    `dynamic` must be a bool. A dynamic scale takes the default for a None
+    setting. A fixed scale needs `initial_scale` and no `dynamic_growth_steps`.
+    """
     check_dynamic(dynamic)
     if dynamic:
         return loss_scale_lib.DynamicLossScale(
