@@ -1,7 +1,6 @@
-"""Version checks, and every private TensorFlow, Keras or tf_keras API
-tf_lso uses.
+"""Version checks, and every private TensorFlow, Keras or tf_keras API.
 
-One function per hook; each names the versions it was written against.
+Each hook is one function and names the versions it was written against.
 `tests/compat_test.py` fails when a new release moves one.
 """
 
@@ -48,8 +47,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 def _require_tf_keras_if_chosen() -> None:
     """With `TF_USE_LEGACY_KERAS=1`, `tf.keras` is tf_keras, so it must exist.
-    TensorFlow's own error would blame Keras or TensorFlow; this one names the
-    package."""
+    This error names it. TensorFlow's own would blame Keras or TensorFlow."""
     if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):
         return
     try:
@@ -107,17 +105,16 @@ def require_tensorflow() -> None:
 
 
 def is_variable(value: object) -> bool:
-    """Whether `value` is a `tf.Variable` or `keras.Variable`: they share no
-    base class, but both have `assign`."""
+    """Whether `value` is a `tf.Variable` or a `keras.Variable`. The two share
+    no base class."""
     return callable(getattr(value, "assign", None))
 
 
 def in_xla_context() -> bool:
-    """Whether the graph being built is compiled by XLA (`jit_compile=True`).
+    """Whether XLA compiles the graph being built (`jit_compile=True`).
 
-    Private: `control_flow_util.GraphOrParentsInXlaContext` (TF 2.16-2.21). XLA
-    drops `tf.debugging.Assert` and cannot compile string ops, so the
-    assertions that name variables are left out there.
+    XLA drops `tf.debugging.Assert` and cannot compile string ops, so the
+    assertions that name variables are left out there. Private (TF 2.16-2.21).
     """
     import tensorflow as tf
     from tensorflow.python.ops import control_flow_util
@@ -131,8 +128,8 @@ def merge_call_fails_in_cond() -> bool:
     """Whether a `merge_call` inside a cond fails in this replica context.
 
     TF 2.16-2.21's mirrored strategies run each replica in a thread whose
-    `merge_call` refuses to run in a cond being traced, unless the strategy
-    needs none (XLA on GPUs; private `strategy_supports_no_merge_call`).
+    `merge_call` refuses to run in a cond being traced. A strategy that needs
+    no merge call (XLA on GPUs) is the exception.
     """
     import tensorflow as tf
 
@@ -150,7 +147,7 @@ def merge_call_fails_in_cond() -> bool:
 
 
 def tf_keras_module() -> types.ModuleType | None:
-    """The `tf_keras` module if the user imported it, else None: tf_lso never
+    """The `tf_keras` module if the user imported it, else None. tf_lso never
     imports it."""
     return sys.modules.get("tf_keras")
 
@@ -161,10 +158,8 @@ _TF_KERAS_FILE_CLASSES: list[type] = []
 
 def tf_keras_files_hold(cls: type) -> None:
     """Makes tf_keras's `.keras` and `.weights.h5` files hold `cls`'s state.
-
     It wraps, once, the private `saving_lib._is_keras_trackable` (tf_keras
-    2.16-2.21), which decides what saving visits, to take `cls` too.
-    """
+    2.16-2.21), which decides what saving visits."""
     saving_lib: Any = importlib.import_module(
         "tf_keras.src.saving.saving_lib")
     if not _TF_KERAS_FILE_CLASSES:
@@ -181,12 +176,11 @@ def tf_keras_files_hold(cls: type) -> None:
 
 def legacy_create_all_weights(optimizer: Any,
                               var_list: Iterable[tf.Variable]) -> None:
-    """Creates all slots and hyperparameters of a tf_keras legacy optimizer,
-    named as its `apply_gradients` would (`Adam/<variable>/m:0`): a `tf.cond`
-    cannot create them.
+    """Creates all slots and hyperparameters of a tf_keras legacy optimizer.
 
-    Private: `legacy.Optimizer._create_all_weights` and `_name` (tf_keras
-    2.16-2.21).
+    A `tf.cond` cannot create them, so they are made up front, named as
+    `apply_gradients` would name them (`Adam/<variable>/m:0`). Private:
+    `legacy.Optimizer._create_all_weights` and `_name` (tf_keras 2.16-2.21).
     """
     import tensorflow as tf
 
@@ -198,24 +192,20 @@ def legacy_aggregate_gradients(
     optimizer: Any, grads_and_vars: Iterable[tuple[Any, tf.Variable]],
 ) -> list[tuple[Any, tf.Variable]]:
     """Sums gradients over replicas as a tf_keras legacy optimizer does before
-    clipping.
-
-    Private: `legacy.Optimizer._transform_unaggregated_gradients` and
-    `_aggregate_gradients` (tf_keras 2.16-2.21).
-    """
+    clipping. Private `legacy.Optimizer` methods (tf_keras 2.16-2.21)."""
     grads_and_vars = optimizer._transform_unaggregated_gradients(grads_and_vars)
     return optimizer._aggregate_gradients(grads_and_vars)
 
 
 def legacy_hyperparameter_names(optimizer: Any) -> frozenset[str]:
-    """The hyperparameter names of a tf_keras legacy optimizer: the keys of the
-    private `legacy.Optimizer._hyper` (tf_keras 2.16-2.21)."""
+    """A tf_keras legacy optimizer's hyperparameter names. They are the keys
+    of the private `legacy.Optimizer._hyper` (tf_keras 2.16-2.21)."""
     return frozenset(optimizer._hyper)
 
 
 def tf_dynamic_loss_scale_counter(loss_scale: Any) -> tf.Variable:
-    """The good-steps counter of TF's deprecated `DynamicLossScale`: the
-    private `_num_good_steps` (TF 2.0-2.21), which has no public accessor."""
+    """The good-steps counter of TF's deprecated `DynamicLossScale`. The
+    private `_num_good_steps` (TF 2.0-2.21) has no public accessor."""
     return loss_scale._num_good_steps
 
 
@@ -234,8 +224,8 @@ def init_dtype_policy_without_dtypes(policy: Any, name: str) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """`Trackable`: `tf.__internal__.tracking.Trackable` (TF 2.16-2.21), looked
-    up on first use so that the version check needs no TensorFlow."""
+    """`Trackable` (TF 2.16-2.21), looked up on first use so that the version
+    check needs no TensorFlow."""
     if name == "Trackable":
         import tensorflow as tf
 
@@ -250,8 +240,7 @@ def trackable_children(obj: Any, save_type: str,
 
 
 def is_saved_model(save_type: str) -> bool:
-    """Whether `_trackable_children` was asked for a SavedModel (TF 2.16-2.21:
-    `save_type` is a str enum)."""
+    """Whether `_trackable_children` was asked for a SavedModel (TF 2.16-2.21)."""
     return save_type == "savedmodel"
 
 
@@ -293,16 +282,15 @@ def keras_trainable_variables(optimizer: Any) -> list[Any]:
 def keras_set_trainable_variables(optimizer: Any,
                                   var_list: Iterable[Any]) -> None:
     """Records the variables a Keras 3 optimizer was built for, since a loss
-    scale optimizer skips Keras's `build`. Keras reads the private
-    `BaseOptimizer._trainable_variables` (Keras 3.8-3.15) off any optimizer."""
+    scale optimizer skips Keras's `build`. Keras 3.8-3.15 read this private
+    attribute off any optimizer."""
     optimizer._trainable_variables = list(var_list)
 
 
 def keras_check_variables_are_known(optimizer: Any,
                                     var_list: Iterable[Any]) -> None:
     """Raises Keras 3's ValueError for variables a built optimizer lacks,
-    before tf_lso's state changes. Private:
-    `BaseOptimizer._check_variables_are_known` (Keras 3.8-3.15)."""
+    before tf_lso's state changes. Private (Keras 3.8-3.15)."""
     optimizer._check_variables_are_known(var_list)
 
 
@@ -327,7 +315,7 @@ def keras_is_auto_name(optimizer: Any) -> bool:
     """Whether a Keras 3 optimizer's name has the form Keras generates.
 
     Such a name is not configuration: two `SGD()`s are configured alike.
-    Keras 3.8-3.14 use the constructor's default `name` (`"SGD"`); Keras
+    Keras 3.8-3.14 use the constructor's default `name` (`"SGD"`). Keras
     3.15 uses the class name in snake case, then `_1`, `_2`, ...
     """
     try:
@@ -343,21 +331,18 @@ def keras_is_auto_name(optimizer: Any) -> bool:
 
 
 def keras_step_counter(optimizer: Any) -> Any:
-    """The variable counting a Keras 3 optimizer's `apply` calls: the private
-    `BaseOptimizer._iterations` (Keras 3.8-3.15). With gradient accumulation
-    the public `iterations` is a tensor."""
+    """The variable counting a Keras 3 optimizer's `apply` calls (private,
+    Keras 3.8-3.15). With gradient accumulation, `iterations` is a tensor."""
     return optimizer._iterations
 
 
 def keras_optimizer_into_strategy(optimizer: Any) -> None:
-    """Moves a Keras 3 optimizer made outside the current strategy's scope into
-    the strategy. Call it in a cross-replica context.
+    """Moves a Keras 3 optimizer made outside the strategy's scope into it.
 
-    Such an optimizer holds plain tf.Variables, which every replica writes, and
-    it cannot create slots under the strategy. Each such variable gets a copy
-    made in the strategy; the Keras variable stays the same object. Private:
-    `_distribution_strategy` of Keras 3.8-3.15's optimizer, `_value` of its
-    `Variable`.
+    Call it in a cross-replica context. Such an optimizer holds plain
+    tf.Variables, which every replica writes, and it cannot create slots
+    under the strategy. Each such variable gets a copy made in the strategy.
+    The Keras variable stays the same object. Private (Keras 3.8-3.15).
     """
     import tensorflow as tf
 
@@ -379,9 +364,8 @@ def keras_optimizer_into_strategy(optimizer: Any) -> None:
 
 def keras_gradient_accumulators(optimizer: Any,
                                 var_list: Iterable[Any]) -> list[Any]:
-    """The gradient accumulators of `var_list` in a built Keras 3 optimizer.
-    Private: `BaseOptimizer._accumulated_gradients` and `_get_variable_index`
-    (Keras 3.8-3.15)."""
+    """The gradient accumulators of `var_list` in a built Keras 3 optimizer
+    (private, Keras 3.8-3.15)."""
     return [
         optimizer._accumulated_gradients[optimizer._get_variable_index(v)]
         for v in var_list
@@ -408,11 +392,9 @@ def _shadow_key(name: str) -> str:
 
 @contextlib.contextmanager
 def _shadowed(obj: Any, name: str, value: Any) -> Iterator[None]:
-    """While active, `obj`'s instance attribute `name` is `value`.
-
-    Replicas' threads overlap: a count in `obj.__dict__` lets the last exit
-    restore the old value, which `_unshadowed` reads meanwhile.
-    """
+    """While active, `obj`'s instance attribute `name` is `value`. Replicas'
+    threads overlap, so a count in `obj.__dict__` lets the last exit restore
+    the old value, which `_unshadowed` reads meanwhile."""
     state = vars(obj)
     key = _shadow_key(name)
     with _SHADOWS_LOCK:
@@ -446,12 +428,11 @@ def _unshadowed(obj: Any, name: str, default: Any) -> Any:
 def keras_apply_without_all_reduce(
         optimizer: Any, grads_and_vars: Iterable[tuple[Any, Any]],
         *arguments: Any) -> None:
-    """Applies gradients with a Keras 3 optimizer, skipping its all-reduce (for
-    `experimental_aggregate_gradients=False`).
+    """Applies gradients with a Keras 3 optimizer but skips its all-reduce.
 
-    The private `TFOptimizer._all_reduce_sum_gradients` (Keras 3.8-3.15) has no
-    public switch. It is shadowed by the identity until the last replica's call
-    returns.
+    It serves `experimental_aggregate_gradients=False`. The private
+    `TFOptimizer._all_reduce_sum_gradients` (Keras 3.8-3.15) has no public
+    switch, so it is the identity until the last replica's call returns.
     """
     if not hasattr(type(optimizer), "_all_reduce_sum_gradients"):
         raise NotImplementedError(
@@ -468,24 +449,19 @@ def keras_apply_without_all_reduce(
 def keras_loss_scale_optimizer_file_state(
         store: Any, inner_count: int) -> tuple[Any, Any] | None:
     """`(dynamic_scale, step_counter)` from a Keras 3 LossScaleOptimizer's file
-    entry, or None for another layout.
-
-    Keras 3.8-3.15 save its `variables` by position: `iterations` and
-    `learning_rate` (unused), `step_counter`, `dynamic_scale`, then the inner
-    optimizer's `inner_count` variables.
-    """
+    entry, or None for another layout. Keras 3.8-3.15 save its `variables` by
+    position: `iterations` and `learning_rate` (unused), `step_counter`,
+    `dynamic_scale`, then the inner optimizer's `inner_count` variables."""
     if set(store.keys()) != {str(i) for i in range(4 + inner_count)}:
         return None
     return store["3"], store["2"]
 
 
 def keras_compile_owner() -> type[Any]:
-    """The class whose `compile` Keras 3 compares a loaded model's against: the
-    private `Trainer` (Keras 3.8-3.15).
-
-    `load_model` compiles a model only if `type(model).compile ==
-    Trainer.compile`, so the hook goes on `Trainer.compile`, not `keras.Model`.
-    """
+    """The class whose `compile` the hook replaces: the private `Trainer`
+    (Keras 3.8-3.15). `load_model` compiles a model only if
+    `type(model).compile == Trainer.compile`, so the hook cannot go on
+    `keras.Model`."""
     from keras.src.trainers import trainer
 
     owner = trainer.Trainer
@@ -499,42 +475,39 @@ def keras_compile_owner() -> type[Any]:
 
 def keras_ema_averages(optimizer: Any) -> list[Any]:
     """A built Keras 3 optimizer's moving averages, one per trainable variable
-    or None. Private: `BaseOptimizer._model_variables_moving_average` (Keras
-    3.8-3.15)."""
+    or None (private, Keras 3.8-3.15)."""
     return list(optimizer._model_variables_moving_average)
 
 
 def keras_overwrite_with_ema(optimizer: Any) -> None:
     """Copies a Keras 3 optimizer's moving averages into its variables, as
-    `apply` does every `ema_overwrite_frequency` steps. Private (Keras
+    `apply` does every `ema_overwrite_frequency` steps (private, Keras
     3.8-3.15)."""
     optimizer._overwrite_model_variables_with_average_value(
         optimizer._trainable_variables)
 
 
 def keras_uses_ema(optimizer: Any) -> bool:
-    """Whether a Keras 3 optimizer keeps moving averages (`use_ema`), as set
-    outside `keras_apply_without_ema`, which another replica's thread may be
-    in."""
+    """Whether a Keras 3 optimizer keeps moving averages (`use_ema`). It reads
+    the setting outside `keras_apply_without_ema`, which another replica's
+    thread may be in."""
     return bool(_unshadowed(optimizer, "use_ema", False))
 
 
 @contextlib.contextmanager
 def keras_apply_without_ema(optimizer: Any) -> Iterator[None]:
-    """While active, a Keras 3 optimizer's `apply` leaves its averages alone,
-    since tf_lso updates them (`KerasInner`).
+    """While active, a Keras 3 optimizer's `apply` leaves its averages alone.
 
-    Keras 3.8-3.15 read `use_ema` once per trace. The switch stays off until
-    the last replica's call returns.
+    tf_lso updates them (`KerasInner`). Keras 3.8-3.15 read `use_ema` once
+    per trace, so it stays off until the last replica's call returns.
     """
     with _shadowed(optimizer, "use_ema", False):
         yield
 
 
 def tf_keras_is_tf_keras() -> bool:
-    """Whether `tf.keras` is tf_keras 2.x. It asks `tf.keras.Model`: the
-    `TF_USE_LEGACY_KERAS` variable may have changed since TensorFlow read
-    it."""
+    """Whether `tf.keras` is tf_keras 2.x. It asks `tf.keras.Model`, since
+    `TF_USE_LEGACY_KERAS` may have changed after TensorFlow read it."""
     import tensorflow as tf
 
     return tf.keras.Model.__module__.split(".")[0] == "tf_keras"

@@ -39,9 +39,8 @@ def present_tensors(grads: Any) -> list[tf.Tensor]:
 
 
 def local_nonfinite(grads: Any) -> tf.Tensor:
-    """A float32 scalar: 0 if every gradient is finite, else 1. `None`s are
-    ignored, an empty nest is finite, and integer gradients raise
-    `InvalidArgumentError`, as TF's loss scales did."""
+    """A float32 scalar: 1 if a gradient is not finite, else 0. `None`s are
+    ignored. Integer gradients raise, as they did in TF's loss scales."""
     return nonfinite(pack(present_tensors(grads)).values)
 
 
@@ -56,9 +55,7 @@ def nonfinite(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
 
 def check_grads_and_vars(grads: Sequence[Gradient],
                          var_list: Sequence[tf.Variable]) -> None:
-    """Raises before any state changes if an apply could not succeed: a
-    ValueError for no pairs, only `None` gradients or a gradient whose static
-    shape cannot be its variable's; a TypeError for a non-variable."""
+    """Raises, before any state changes, for pairs an apply would fail on."""
     if all(g is None for g in grads):
         names = [getattr(v, "name", repr(v)) for v in var_list]
         received = (
@@ -140,11 +137,11 @@ class Identities:
 class HandedOut:
     """The gradients `get_unscaled_gradients` handed out, found by identity.
 
-    They are never unscaled again (`issued`). In a graph, where ops cost on
-    every step, the `Packed` behind each list is kept too: the TF 2.x
-    protocol passes that very list to `apply_gradients`, which then need not
-    pack it again. Such an entry is used once; any other list, even an equal
-    one, is packed afresh.
+    They are never unscaled again (`issued`). In a graph, ops cost on every
+    step, so the `Packed` behind each list is kept too. TF 2.x code passes
+    that very list to `apply_gradients`, which takes it once (`take`)
+    instead of packing it again. Any other list, even an equal one, is
+    packed afresh.
     """
 
     _MAX_ENTRIES = 8  # Replica threads each trace their own; keep it small.
@@ -156,8 +153,7 @@ class HandedOut:
 
     def remember(self, grads: list[Gradient],
                  packed: Packed | None = None) -> list[Gradient]:
-        """Records that `grads` were handed out (as `packed.unpack()`, if
-        `packed` is given); returns `grads`."""
+        """Records `grads` as handed out (as `packed.unpack()`, if given)."""
         self._issued.add(grads)
         if packed is not None and not tf.executing_eagerly():
             if len(self._entries) >= self._MAX_ENTRIES:
@@ -255,8 +251,7 @@ class Packed:
                       self.raw)
 
     def scaled(self, factor: Any) -> Packed:
-        """A Packed whose values, but the `raw` ones, are multiplied by
-        `factor` cast to their dtype."""
+        """A Packed with its values, but the `raw` ones, times `factor`."""
         return self._with_values([
             v if i in self.raw else scale_by(v, factor)
             for i, v in enumerate(self.values)
@@ -265,9 +260,9 @@ class Packed:
     def unscaled(self, scale: Any) -> Packed:
         """A Packed whose values are divided by the positive `scale`.
 
-        Up to `HUGE_SCALE` (every ordinary scale), they are multiplied by the
-        float32 reciprocal cast to their dtype, to match TF; above it, divided
-        in float64. If `scale` is not known while tracing, a cond picks.
+        Up to `HUGE_SCALE` (every ordinary scale), they are multiplied by
+        the float32 reciprocal, as in TF. Above it, they are divided in
+        float64. A cond picks if `scale` is not known while tracing.
         """
         scale = tf.convert_to_tensor(scale, tf.float32)
 
@@ -304,9 +299,8 @@ class Packed:
                 if isinstance(entry, Sparse)}
 
     def summands(self) -> list[tf.Tensor]:
-        """What a sum over replicas adds up: every value but the `raw` ones,
-        `IndexedSlices` whole (so they stay sparse). `with_sums` puts the
-        sums back."""
+        """What a sum over replicas adds up: the values but the `raw` ones,
+        `IndexedSlices` whole (so they stay sparse)."""
         sparse = self._sparse_aux()
         return [
             tf.IndexedSlices(value, *self.aux[sparse[i]]) if i in sparse
@@ -342,10 +336,9 @@ class Packed:
                      values: Sequence[tf.Tensor] | None = None) -> tf.Tensor:
         """A float32 matrix of `reduce_fn`'s numbers, one row per gradient.
 
-        `reduce_fn` maps a float32 matrix with one row per gradient (its
-        elements flattened; an `IndexedSlices`' values) to one row of numbers
-        per gradient. `missing` is the row for `None` gradients. `values`
-        stand for `self.values`.
+        `reduce_fn` maps a float32 matrix, one flattened gradient per row
+        (an `IndexedSlices`' values), to one row of numbers per gradient.
+        `missing` is the row for a `None`. `values` stand for `self.values`.
         """
         return self._per_row(
             lambda rows: reduce_fn(tf.cast(rows, tf.float32)),
@@ -356,9 +349,9 @@ class Packed:
                  values: Sequence[tf.Tensor] | None) -> tf.Tensor:
         """`reduce_rows` of every packed value, rows in gradient order.
 
-        A stack is reduced once for all its members, and one gather puts the
-        rows in order (`missing` for `None`s): the op count does not grow
-        with the number of gradients.
+        Each stack is reduced once for all its members. One gather puts the
+        rows in order (`missing` for `None`s). The op count thus does not
+        grow with the number of gradients.
         """
         values = self.values if values is None else values
         stacks = {entry.index for entry in self._plan

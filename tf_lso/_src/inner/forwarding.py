@@ -49,11 +49,9 @@ def _is_wrapping(wrapper: Any) -> bool:
 
 def start_forwarding(wrapper: InnerOptimizerForwarding,
                      inner: inner_optimizer.InnerOptimizer) -> None:
-    """Makes `wrapper` wrap `inner`. From now on its attributes read through.
-
-    The subclass calls it after Keras's constructor, whose defaults must
-    not reach the inner optimizer.
-    """
+    """Makes `wrapper`'s attributes read through to `inner` from now on. The
+    subclass calls it after Keras's constructor, whose defaults must not
+    reach `inner`."""
     wrapper.__dict__["_forwarded_names"] = frozenset(
         name for name in inner.hyperparameter_names()
         if not name.startswith("_"))
@@ -61,10 +59,8 @@ def start_forwarding(wrapper: InnerOptimizerForwarding,
 
 
 class InnerOptimizerForwarding:
-    """A Keras optimizer whose optimizer state is another optimizer's.
-
-    Forwarding starts when the subclass calls `start_forwarding`.
-    """
+    """A Keras optimizer whose state is another optimizer's. Forwarding
+    starts when the subclass calls `start_forwarding`."""
 
     #: The `InnerOptimizer`, set by `start_forwarding`.
     _inner: inner_optimizer.InnerOptimizer

@@ -1,10 +1,10 @@
 """`Model.compile` wraps a plain optimizer in a loss scale optimizer.
 
 While the hook is enabled, `keras.Model.compile` first asks
-`compile_optimizer` which optimizer to use. The hook sits on the class that
-defines `compile` (Keras's `Trainer`), so `load_model` still compiles the
-models it loads, with their optimizer state. On the legacy-Keras route
-(`TF_USE_LEGACY_KERAS=1`) tf_keras's `Model.compile` is hooked too
+`compile_optimizer` which optimizer to use. The hook sits on Keras's
+`Trainer`, so that `load_model` still compiles the models it loads
+(`compat.keras_compile_owner`). On the legacy-Keras route
+(`TF_USE_LEGACY_KERAS=1`), tf_keras's `Model.compile` is hooked too
 (`tf_keras_compile_optimizer`). Both routes choose the wrapper by one rule,
 `_wrapper`.
 
@@ -13,9 +13,8 @@ The hook holds both of its switches, so they live exactly as long as it:
 * `enable()` and `disable()` install and remove the hook. `set_policy` and
   `tf_lso.install()` enable it. `tf_lso.uninstall()` disables it unless a
   tf_lso `Policy` is global.
-* `wrap_mixed_float16`, an argument of `enable`, makes a plain
-  `'mixed_float16'` policy wrap in `tf_lso.LossScaleOptimizer` instead of
-  Keras 3's class. `tf_lso.install()` turns it on.
+* `wrap_mixed_float16` (see `enable`) picks the class that a plain
+  `'mixed_float16'` policy wraps in. `tf_lso.install()` turns it on.
 """
 
 from __future__ import annotations
@@ -35,12 +34,10 @@ from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
 
 class LossScalePolicy(abc.ABC):
-    """A dtype policy that carries a loss scale (TF 2.1-2.3's `Policy`).
-
-    `compile` wraps the optimizer of a model whose policy is one.
-    `tf_lso.experimental.Policy` registers as one, so that policy.py
-    imports this module and not the other way round.
-    """
+    """A dtype policy with a loss scale, as TF 2.1-2.3's `Policy` was.
+    `compile` wraps the optimizer of a model whose policy is one. `Policy`
+    registers as one, so that policy.py imports this module and not the
+    other way round."""
 
     @property
     @abc.abstractmethod
@@ -51,12 +48,10 @@ class LossScalePolicy(abc.ABC):
 def enable(*, wrap_mixed_float16: bool | None = None) -> None:
     """Makes `keras.Model.compile` apply `compile_optimizer` (idempotent).
 
-    On the legacy-Keras route it hooks tf_keras's `Model.compile` too.
-
     Args:
         wrap_mixed_float16: Whether a plain `'mixed_float16'` policy wraps
-            in `tf_lso.LossScaleOptimizer`. None keeps the current setting
-            (off if the hook was not enabled).
+            in `tf_lso.LossScaleOptimizer` instead of Keras 3's class. None
+            keeps the current setting (off if the hook was not enabled).
     """
     if compat.tf_keras_is_tf_keras():
         _enable_tf_keras()
@@ -99,7 +94,6 @@ def _original_of(compile: Any) -> Callable[..., Any] | None:
 
 
 def _wraps_mixed_float16(hook: Any) -> bool:
-    """Whether the hook wraps under a plain `'mixed_float16'` policy."""
     return hook._tf_lso_wraps_mixed_float16
 
 
@@ -151,10 +145,9 @@ def compile_optimizer(model: Any, optimizer: Any,
                       wrap_mixed_float16: bool = False) -> Any:
     """The optimizer that Keras 3's `model.compile` should use.
 
-    Under a `Policy` with a loss scale, a plain optimizer (or its name) is
-    wrapped in `tf_lso.experimental.LossScaleOptimizer`. With the hook's
-    `wrap_mixed_float16` switch, a plain `'mixed_float16'` policy wraps it
-    in `tf_lso.LossScaleOptimizer`. `_wrapper` decides the rest.
+    It is wrapped (see `_wrapper`) under a `Policy` with a loss scale. With
+    the hook's `wrap_mixed_float16` switch, it is wrapped under a plain
+    `'mixed_float16'` policy too.
     """
     policy: Any = getattr(model, "dtype_policy", None)
     tf_lso_policy = _tf_lso_policy(model)
@@ -175,9 +168,8 @@ def tf_keras_compile_optimizer(model: Any, optimizer: Any,
     applies if the model's policy has its name. Then a plain tf_keras
     optimizer is wrapped as `compile_optimizer` wraps a Keras 3 one. Under
     `'mixed_float16'`, a policy without a loss scale gives a fixed scale of
-    1, which scales nothing; otherwise tf_keras's own `compile` would wrap
-    the optimizer in a dynamic one. A tf_lso optimizer around a Keras 3
-    optimizer is a TypeError: a tf_keras model cannot train it.
+    1, which scales nothing. Otherwise tf_keras's own `compile` would wrap
+    the optimizer in a dynamic one.
     """
     tf_keras = compat.tf_keras_module()
     assert tf_keras is not None  # Its compile calls this.
@@ -199,9 +191,7 @@ def tf_keras_compile_optimizer(model: Any, optimizer: Any,
 
 def _check_tf_keras_can_train(optimizer: Any, tf_keras: Any) -> None:
     """Raises TypeError for a tf_lso optimizer that tf_keras cannot train.
-
-    Around a tf_keras optimizer it is a tf_keras optimizer too.
-    """
+    Around a tf_keras optimizer, it is a tf_keras optimizer too."""
     if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
         return
     inner = type(optimizer.inner_optimizer)

@@ -1,8 +1,7 @@
 """`tf_lso.install()` / `uninstall()`: the legacy names, resolved to tf_lso.
 
-TF 2.1-2.4 scripts use mixed-precision names that TF 2.16+ lacks.
-`install()` puts tf_lso's objects there and records what it replaced, so
-that `uninstall()` restores TensorFlow exactly.
+`install()` records what it replaces, so that `uninstall()` restores
+TensorFlow exactly.
 """
 
 from __future__ import annotations
@@ -150,8 +149,8 @@ def install() -> None:
 def uninstall() -> None:
     """Undoes `install()`: TensorFlow's names are as they were before.
 
-    It removes the `keras.Model.compile` hook too, unless a tf_lso `Policy`
-    is the global policy.
+    It removes the `keras.Model.compile` hook too, unless the global policy
+    is a tf_lso `Policy`, which needs the hook.
     """
     while _installed:
         owner, name, previous = _installed.pop()

@@ -55,10 +55,7 @@ _KERAS_WRAPPER_ONLY = ("_iterations", "_learning_rate")
 
 class Layout:
     """The checkpoint node of a loss scale optimizer, in TF 2.3+'s layout.
-
-    `LayoutCheckpointing`'s `Trackable` methods forward here. `inner`, an
-    `InnerOptimizer`, handles what depends on the inner optimizer's kind.
-    """
+    `LayoutCheckpointing`'s `Trackable` methods forward here."""
 
     def __init__(self, inner: inner_optimizer.InnerOptimizer,
                  loss_scale: loss_scale_lib.LossScale,
@@ -71,8 +68,7 @@ class Layout:
 
     def children(self, save_type: str = "checkpoint",
                  **kwargs: Any) -> dict[str, Any]:
-        """`_trackable_children`: the inner's children plus the loss scale
-        (see the module docstring)."""
+        """`_trackable_children`, as the module docstring says."""
         children = dict(self._inner.checkpoint_children(save_type, **kwargs))
         if self.loss_scale.variables:
             children[LOSS_SCALE] = self.loss_scale

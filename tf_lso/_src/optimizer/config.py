@@ -2,8 +2,7 @@
 their keys.
 
 `get_config()` writes TF 2.4's format (`tf24_config`). A loss scale that
-TF 2.4's arguments cannot describe gets TF 2.1-2.3's (`tf23_config`). Both
-add `OPTIONAL_KEYS` only when set. `read` checks a config of either format.
+TF 2.4's arguments cannot describe gets TF 2.1-2.3's (`tf23_config`).
 """
 
 from __future__ import annotations
@@ -29,10 +28,9 @@ OPTIONAL_KEYS = ("name", "max_consecutive_skips", "print_overflows",
 
 
 def checked_config(config: Any, class_name: str) -> dict[str, Any]:
-    """Checks `config`'s keys; returns a copy without Keras 3's base optimizer
-    settings, which older configs hold and which are checked as the constructor
-    checks them. Raises TypeError for a non-dict or an unknown key, ValueError
-    for a missing optimizer key or a base setting off its default."""
+    """Checks `config`'s keys and returns a copy without Keras 3's base
+    optimizer settings. Older configs hold them, and they are checked as the
+    constructor checks them. A TypeError or ValueError says what is wrong."""
     if not isinstance(config, dict):
         raise TypeError(
             f"{class_name}.from_config() needs a dict, as returned by "
@@ -96,12 +94,9 @@ def tf23_config(inner_config: Any, loss_scale: loss_scale_lib.LossScale,
 
 
 class OptimizerConfig(typing.NamedTuple):
-    """A checked config of either format, as `read` returns it.
-
-    TF 2.1-2.3's format gives a deserialized `loss_scale` and
-    `tf24_settings={}`; TF 2.4's gives the `TF24_SETTINGS` it holds and
-    `loss_scale=None`. `optional` holds its `OPTIONAL_KEYS`.
-    """
+    """A checked config of either format, as `read` returns it. TF 2.1-2.3's
+    format gives a deserialized `loss_scale` and `tf24_settings={}`. TF 2.4's
+    gives the `TF24_SETTINGS` it holds and `loss_scale=None`."""
 
     inner_optimizer: Any
     loss_scale: loss_scale_lib.LossScale | None
@@ -134,13 +129,11 @@ def read(config: Any, class_name: str = "LossScaleOptimizer",
          custom_objects: dict[str, Any] | None = None) -> OptimizerConfig:
     """Checks `config` (see `checked_config`) and reads either format.
 
-    `custom_objects` are custom classes for a TF 2.1-2.3 loss scale;
-    `class_name` is for messages.
+    `custom_objects` are custom classes for a TF 2.1-2.3 loss scale.
 
     Raises:
-        TypeError, ValueError: See `checked_config`. Also a ValueError for a
-            DynamicLossScale whose multiplier is not 2, or an unknown loss
-            scale class.
+        TypeError, ValueError: See `checked_config`. Also a ValueError for
+            a DynamicLossScale whose multiplier is not 2 or an unknown class.
     """
     config = checked_config(config, class_name)
     optional = {k: config[k] for k in OPTIONAL_KEYS if k in config}

@@ -1,8 +1,4 @@
-"""`tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)`.
-
-It takes a loss scale where `tf_lso.LossScaleOptimizer` takes TF 2.4's
-settings; the rest it inherits.
-"""
+"""`tf_lso.experimental.LossScaleOptimizer(optimizer, loss_scale)`."""
 
 from __future__ import annotations
 

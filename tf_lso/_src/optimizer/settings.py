@@ -20,11 +20,9 @@ TF24_MULTIPLIER = 2.0
 
 
 class OptimizerSettings(typing.NamedTuple):
-    """A loss scale as TF 2.4's optimizer arguments describe it.
-
-    `growth_steps` (finite steps between increases) and `counter` (the int64
-    variable counting them) are None for a fixed scale.
-    """
+    """A loss scale as TF 2.4's optimizer arguments describe it. For a fixed
+    scale, `growth_steps` (finite steps between increases) and `counter`
+    (the int64 variable counting them) are None."""
 
     dynamic: bool | None
     initial_scale: float | None
@@ -36,9 +34,7 @@ NO_SETTINGS = OptimizerSettings(None, None, None, None)
 
 
 def describe(loss_scale: loss_scale_lib.LossScale) -> OptimizerSettings | None:
-    """TF 2.4's arguments for `loss_scale`, or None if they cannot say it: only
-    a `FixedLossScale` and a `DynamicLossScale` with multiplier 2 have them,
-    not a user's subclass."""
+    """TF 2.4's arguments for `loss_scale`, or None if they cannot say it."""
     if isinstance(loss_scale, loss_scale_lib.FixedLossScale):
         return OptimizerSettings(
             False, loss_scale.get_config()["loss_scale_value"], None, None)
@@ -82,14 +78,8 @@ def check_dynamic(dynamic: Any) -> None:
 def check_keras_keywords(kwargs: dict[str, Any],
                          class_name: str = "LossScaleOptimizer") -> None:
     """Raises Keras 3's ValueError for keywords a loss scale optimizer lacks.
-
-    `kwargs` are the keywords beyond the constructor's own. Keras 3's base
-    optimizer arguments pass at their defaults only.
-
-    Raises:
-        ValueError: For `learning_rate`, a base optimizer argument off its
-            default, or an unknown keyword.
-    """
+    `kwargs` are those beyond the constructor's own. Keras 3's base optimizer
+    arguments pass at their defaults only."""
     for name, value in kwargs.items():
         if name == "learning_rate":  # The inner optimizer's, at any value.
             refused = True
@@ -128,15 +118,8 @@ def loss_scale_from_settings(
     """The `DynamicLossScale` (multiplier 2) or `FixedLossScale` for TF
     2.4's constructor arguments, validated.
 
-    Args:
-        dynamic: Whether the scale is dynamic; must be a bool.
-        initial_scale: The initial scale; None for the default (dynamic only).
-        dynamic_growth_steps: The growth period; None for the default. Must
-            be None when `dynamic` is False.
-
-    Raises:
-        TypeError: If `dynamic` is not a bool or a value is not a number.
-        ValueError: For missing or out-of-range values.
+    `dynamic` must be a bool. A dynamic scale takes the default for a None
+    setting. A fixed scale needs `initial_scale` and no `dynamic_growth_steps`.
     """
     check_dynamic(dynamic)
     if dynamic:

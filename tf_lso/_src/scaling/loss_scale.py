@@ -1,10 +1,8 @@
 """TF 2.1-2.8's `LossScale`, `FixedLossScale` and `DynamicLossScale`.
 
-The step (`optimizer/apply_step.py`) does not call a built-in class's
-`update` (`step_mode`). A fixed scale needs nothing. A dynamic scale's
-`DynamicRule.next` is a pure function `(scale, count, finite) -> (scale,
-count)`: the step checks the gradients itself and applies the rule with
-`advance`. Any other loss scale is asked through its `update(grads)`.
+The step (`optimizer/apply_step.py`) calls `update` only on a user's loss
+scale (`step_mode`). For a dynamic scale, it checks the gradients itself.
+Then `advance` applies `DynamicRule.next`, a pure function.
 """
 
 from __future__ import annotations
@@ -131,8 +129,7 @@ class FixedLossScale(LossScale):
 
     @classmethod
     def _below_one_too(cls, value: Any, name: str) -> FixedLossScale:
-        """For `any_positive_fixed_scale`: below 1 too, which `__init__`
-        refuses."""
+        """For `any_positive_fixed_scale`: also below 1, unlike `__init__`."""
         number = validation.scale(value, name)
         loss_scale = cls(1)
         loss_scale._loss_scale_value = number
@@ -142,8 +139,8 @@ class FixedLossScale(LossScale):
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
     def update(self, grads: Any) -> tuple[tf.Operation | None, bool]:
-        """Returns `(update_op, True)`: a no-op (None eagerly), and a Python
-        True, so callers need no `tf.cond`."""
+        """Returns a no-op (None eagerly) and a Python True, so callers need
+        no `tf.cond`."""
         del grads
         return no_op(), True
 
@@ -238,12 +235,11 @@ class DynamicLossScale(LossScale):
         return tf.convert_to_tensor(self.current_loss_scale)
 
     def update(self, grads: Any) -> tuple[tf.Tensor | None, tf.Tensor]:
-        """Advances or backs off the scale, as the class docstring says.
+        """Grows or backs off the scale, as the class docstring says.
 
-        Eagerly, in a `tf.function`, and under a strategy in a replica or a
-        cross-replica context. `should_apply_gradients` is a bool scalar
-        tensor: whether every gradient on every replica is finite (an empty
-        nest is).
+        It works eagerly, in a `tf.function`, and in any strategy context.
+        `should_apply_gradients` is a bool scalar tensor: whether every
+        replica's gradients are finite (an empty nest is).
         """
         is_finite = replicas.all_finite(grads)
         # The verdict reads no variable: in a tf.compat.v1 graph it may run
@@ -296,9 +292,9 @@ def step_mode(loss_scale: LossScale, accumulating: bool = False) -> StepMode:
       its `DynamicRule` (`advance`).
     * "update": any other loss scale. The step calls its `update(grads)`.
 
-    A subclass that overrides `update` is asked through it, unless the inner
-    optimizer accumulates gradients (`accumulating`): its `update` knows
-    nothing of windows, so the step follows the built-in class then.
+    A subclass that overrides `update` is asked through it. With gradient
+    accumulation (`accumulating`), the step follows the built-in class
+    instead. The subclass's `update` knows nothing of windows.
     """
     if not isinstance(loss_scale, (FixedLossScale, DynamicLossScale)) or not (
             accumulating or type(loss_scale).update in _RULED_UPDATES):
@@ -323,7 +319,7 @@ def advance(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
 
     Where the bool tensor `active` is False, nothing changes (the step passes
     it with gradient accumulation). Returns `(update_op, is_finite)`, as
-    `LossScale.update` does; `is_finite` is also False for a damaged scale,
+    `LossScale.update` does. `is_finite` is also False for a damaged scale,
     which `_checked` makes an error.
     """
     scale, count, is_finite = _checked(loss_scale, is_finite, active)
@@ -346,11 +342,11 @@ def _checked(loss_scale: DynamicLossScale, is_finite: tf.Tensor,
              ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """The scale, counter and verdict, once the scale is known usable.
 
-    The rule makes only positive finite scales, but a corrupt checkpoint may
-    restore NaN, inf, 0 or a negative one. That would skip every step,
-    silently, forever. So it is an error (ValueError eagerly, an assertion
-    in a graph), raised before any state changes. XLA drops the assertion:
-    there the step is skipped and the rule restarts from the initial scale.
+    A corrupt checkpoint may restore a NaN, infinite or non-positive scale,
+    which would skip every step, silently, forever. So it is an error
+    (ValueError eagerly, an assertion in a graph) before any state changes.
+    XLA drops the assertion: the step is skipped, and the rule restarts from
+    the initial scale.
     """
     scale = tf.convert_to_tensor(loss_scale.current_loss_scale)
     count = tf.convert_to_tensor(loss_scale.good_steps)
@@ -376,7 +372,7 @@ def any_positive_fixed_scale(value: Any, name: str) -> FixedLossScale:
 
     TF 2.4's optimizer arguments allowed scales below 1, which the public
     constructor refuses. A non-number is a TypeError and a bad number a
-    ValueError; both messages name the argument `name`.
+    ValueError. Both messages name the argument `name`.
     """
     return FixedLossScale._below_one_too(value, name)
 

@@ -111,12 +111,12 @@ def get(identifier: Any) -> loss_scale_lib.LossScale | None:
 def fixed_loss_scale(
     number: Any, tf24_arguments: bool = False
 ) -> loss_scale_lib.FixedLossScale | None:
-    """The fixed loss scale a number stands for; None if it is no number.
+    """The fixed loss scale a number stands for, or None if it is no number.
 
-    The one place that says which numbers are fixed loss scales: a Python
-    number of at least 1 for `get` and `FixedLossScale`, and any positive
-    number finite in float32 for the optimizers (`tf24_arguments=True`), as TF
-    had it. Raises TypeError or ValueError out of range.
+    This is the one place that says which numbers are fixed loss scales.
+    For `get` and `FixedLossScale`, a Python number of at least 1. For the
+    optimizers (`tf24_arguments=True`), any positive number finite in
+    float32, as TF had it. Out of range, it raises TypeError or ValueError.
     """
     if tf24_arguments:
         if validation.is_number(number):
@@ -131,12 +131,8 @@ def fixed_loss_scale(
 def interpret(
     identifier: Any, fixed: Callable[[Any], loss_scale_lib.LossScale | None]
 ) -> loss_scale_lib.LossScale | None:
-    """The one parser of loss scale identifiers (see `get`); None if
-    `identifier` is none.
-
-    `fixed` turns a number into a fixed loss scale, or returns None: callers
-    differ on which numbers they take.
-    """
+    """The one parser of loss scale identifiers (see `get`), or None. `fixed`
+    reads the numbers: callers differ on which they take."""
     if isinstance(identifier, dict):
         return deserialize(identifier)
     if isinstance(identifier, str):
@@ -158,11 +154,8 @@ def is_tensorflow_loss_scale(value: Any) -> bool:
 
 def from_tensorflow_loss_scale(value: Any) -> loss_scale_lib.LossScale:
     """Copies a `tf.compat.v1.mixed_precision` Fixed or DynamicLossScale
-    (configuration, scale, counter) into a tf_lso one.
-
-    Raises:
-        TypeError: For any other TF loss scale class.
-    """
+    (configuration, scale, counter) into a tf_lso one. Any other TF loss
+    scale is a TypeError."""
     if isinstance(value, tf.compat.v1.mixed_precision.FixedLossScale):
         return loss_scale_lib.any_positive_fixed_scale(
             float(value()), "loss_scale_value")

@@ -17,12 +17,7 @@ import tensorflow as tf
 
 
 class TensorLike(abc.ABC):
-    """Mixin: reads as the float32 scalar tensor that `_value()` returns.
-
-    `tf.convert_to_tensor`, `float`, `.numpy()`, `np.asarray`, arithmetic,
-    comparisons, `tf.summary.scalar` and string formatting all read the
-    current value.
-    """
+    """Mixin: reads as the float32 scalar tensor that `_value()` returns."""
 
     dtype = tf.float32
     shape = tf.TensorShape([])

@@ -53,8 +53,8 @@ def _number(value: Any, name: str) -> float:
 def scale(value: Any, name: str, minimum: float = SMALLEST_SCALE) -> float:
     """Returns `value` as a Python float if its float32 is a usable scale.
 
-    `minimum` is the smallest accepted float32 value: 1 where TF required
-    it, else the smallest normal float32. `name` is for messages.
+    `minimum` is the smallest accepted float32 value (1 where TF required
+    it). `name` is for messages.
 
     Raises:
         TypeError: If `value` is not a number.
@@ -76,9 +76,8 @@ def scale(value: Any, name: str, minimum: float = SMALLEST_SCALE) -> float:
 
 
 def integer(value: Any, name: str, minimum: int = 1) -> int:
-    """Returns `value` as an int: ints, and integral floats such as 2.0
-    (TF 2.4's tests passed `dynamic_growth_steps=2.0`). `name` is for
-    messages.
+    """Returns `value` as an int. Integral floats such as 2.0 pass, since TF
+    2.4's tests passed `dynamic_growth_steps=2.0`. `name` is for messages.
 
     Raises:
         TypeError: If `value` is not a number.
