@@ -188,3 +188,29 @@ class AccumulationTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(var, [1.0, 2.0])
         self.assertFalse(inner.optimizer.built)  # Refused before step 2.
         self.assertEqual(int(inner.iterations.numpy()), 0)
+
+    @parameterized.product(use_tf_function=[False, True],
+                           loss_scale=["fixed", "dynamic"])
+    def test_an_overridden_update_is_refused_not_ignored(
+            self, use_tf_function, loss_scale):
+        # Its `update` knows nothing of windows; following the built-in
+        # rule instead would ignore the user's code silently.
+        if not test_util.keras_has_gradient_accumulation():
+            self.skipTest("Keras 3.4+ accumulates gradients")
+        loss_scale = (CountingFixed(4.0) if loss_scale == "fixed"
+                      else CountingDynamic(8.0))
+        inner = wrapping.wrap(
+            keras.optimizers.SGD(1.0, gradient_accumulation_steps=2),
+            "inner_optimizer")
+        var = tf.Variable([1.0, 2.0])
+        step = apply_step.ApplyStep(inner, loss_scale,
+                                    training_health.OverflowRecord())
+
+        def run():
+            step([tf.constant([1.0, 1.0])], [var])
+
+        with self.assertRaisesRegex(NotImplementedError,
+                                    "whose `update` is not overridden"):
+            test_util.maybe_function(run, use_tf_function)()
+        self.assertAllEqual(var, [1.0, 2.0])
+        self.assertEqual(int(loss_scale.calls), 0)

@@ -90,7 +90,7 @@ class ApplyStep(tf.Module):
             self.window_overflowed = replicas.state_variable(
                 False, tf.bool, "window_overflowed")
         # How steps 5 and 6 treat the loss scale, fixed for the step's life.
-        self._mode = loss_scale_lib.step_mode(loss_scale, accumulates)
+        self._mode = loss_scale_lib.step_mode(loss_scale)
 
     def __call__(self, grads: Sequence[packing.Gradient],
                  var_list: Sequence[tf.Variable], *, name: str | None = None,
@@ -170,9 +170,10 @@ class ApplyStep(tf.Module):
             raise NotImplementedError(
                 "Gradient accumulation (`gradient_accumulation_steps` on "
                 "the inner optimizer) needs a FixedLossScale or "
-                f"DynamicLossScale. Received: loss_scale="
-                f"{self._loss_scale!r}. Accumulate gradients yourself, "
-                "or use one of those two classes.")
+                "DynamicLossScale whose `update` is not overridden: a loss "
+                "scale's own `update` knows nothing of accumulation windows. "
+                f"Received: loss_scale={self._loss_scale!r}. Accumulate "
+                "gradients yourself, or use one of those two classes.")
 
     def _apply(self, values: list[tf.Tensor], aux: Any,
                var_list: list[tf.Variable], *, packed: packing.Packed,

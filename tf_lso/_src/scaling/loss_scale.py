@@ -279,27 +279,25 @@ tf.compat.v1.mixed_precision.FixedLossScale.register(FixedLossScale)
 tf.compat.v1.mixed_precision.DynamicLossScale.register(DynamicLossScale)
 
 # The `update`s that the step replaces with its own check.
-_RULED_UPDATES = (FixedLossScale.update, DynamicLossScale.update)
 
 StepMode = Literal["fixed", "rule", "update"]
 
 
-def step_mode(loss_scale: LossScale, accumulating: bool = False) -> StepMode:
+def step_mode(loss_scale: LossScale) -> StepMode:
     """How a loss scale optimizer's step treats `loss_scale`.
 
     * "fixed": a fixed scale. The step never checks and never skips.
     * "rule": a dynamic scale. The step checks the gradients and applies
       its `DynamicRule` (`advance`).
-    * "update": any other loss scale. The step calls its `update(grads)`.
-
-    A subclass that overrides `update` is asked through it. With gradient
-    accumulation (`accumulating`), the step follows the built-in class
-    instead. The subclass's `update` knows nothing of windows.
+    * "update": any other loss scale, or a subclass that overrides
+      `update`. The step calls its `update(grads)`.
     """
-    if not isinstance(loss_scale, (FixedLossScale, DynamicLossScale)) or not (
-            accumulating or type(loss_scale).update in _RULED_UPDATES):
-        return "update"
-    return "fixed" if isinstance(loss_scale, FixedLossScale) else "rule"
+    update = type(loss_scale).update
+    if update is FixedLossScale.update:
+        return "fixed"
+    if update is DynamicLossScale.update:
+        return "rule"
+    return "update"
 
 
 def no_op() -> tf.Operation | None:
