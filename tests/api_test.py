@@ -13,8 +13,8 @@ from tf_lso._src.legacy_api import install
 from tf_lso._src.legacy_api import policy
 from tf_lso._src.optimizer import callbacks
 from tf_lso._src.optimizer import experimental_loss_scale_optimizer
+from tf_lso._src.optimizer import gradient_report
 from tf_lso._src.optimizer import loss_scale_optimizer
-from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import loss_scale
 from tf_lso._src.scaling import serialization
 
@@ -32,8 +32,8 @@ PUBLIC = {
     },
 }
 DOCTESTED_MODULES = [
-    callbacks, experimental_loss_scale_optimizer, install, loss_scale,
-    loss_scale_optimizer, policy, serialization, training_health,
+    callbacks, experimental_loss_scale_optimizer, gradient_report, install,
+    loss_scale, loss_scale_optimizer, policy, serialization,
 ]
 
 

@@ -27,7 +27,7 @@ __all__ = (
 
 # Each public name and the module it comes from (subpackages: themselves).
 _SOURCES = {
-    "GradientReport": "tf_lso._src.optimizer.training_health",
+    "GradientReport": "tf_lso._src.optimizer.gradient_report",
     "LossScaleOptimizer": "tf_lso._src.optimizer.loss_scale_optimizer",
     "LossScalingWarning": "tf_lso._src.optimizer.training_health",
     "Overflow": "tf_lso._src.optimizer.training_health",
@@ -42,8 +42,8 @@ if typing.TYPE_CHECKING:  # What type checkers and IDEs read.
     from tf_lso import experimental
     from tf_lso._src.legacy_api.install import install
     from tf_lso._src.legacy_api.install import uninstall
+    from tf_lso._src.optimizer.gradient_report import GradientReport
     from tf_lso._src.optimizer.loss_scale_optimizer import LossScaleOptimizer
-    from tf_lso._src.optimizer.training_health import GradientReport
     from tf_lso._src.optimizer.training_health import LossScalingWarning
     from tf_lso._src.optimizer.training_health import Overflow
 

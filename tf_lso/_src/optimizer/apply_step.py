@@ -34,6 +34,7 @@ from tf_lso._src.gradients import packing
 from tf_lso._src.gradients import replicas
 from tf_lso._src.inner import inner_optimizer as inner_lib
 from tf_lso._src.inner import wrapping
+from tf_lso._src.optimizer import gradient_report as gradient_report_lib
 from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
 
@@ -80,7 +81,7 @@ class ApplyStep(tf.Module):
         )
         # The opt-in gradient report (`LossScaleMonitor`): nothing in the
         # step while it is not enabled.
-        self.report = training_health.GradientReportRecord()
+        self.report = gradient_report_lib.GradientReportRecord()
         # With gradient accumulation: whether an earlier call of the current
         # window was not finite (the window is then dropped at its end). It
         # is checkpointed, so that a window restored mid-way stays dropped.

@@ -7,6 +7,7 @@ from typing import Any
 
 import keras
 
+from tf_lso._src.optimizer import gradient_report as gradient_report_lib
 from tf_lso._src.optimizer import loss_scale_optimizer as lso_lib
 from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import validation
@@ -100,7 +101,7 @@ class LossScaleMonitor(keras.callbacks.Callback):
             gradient_report_freq = validation.integer(
                 gradient_report_freq, "gradient_report_freq")
         self.gradient_report_freq = gradient_report_freq
-        self.last_gradient_report: training_health.GradientReport | None = (
+        self.last_gradient_report: gradient_report_lib.GradientReport | None = (
             None)
         self._report_requested = False
         self.stop_reason: str | None = None

@@ -22,6 +22,7 @@ from tf_lso._src.inner import wrapping
 from tf_lso._src.optimizer import apply_step
 from tf_lso._src.optimizer import checkpointing
 from tf_lso._src.optimizer import config as optimizer_config
+from tf_lso._src.optimizer import gradient_report as gradient_report_lib
 from tf_lso._src.optimizer import settings as settings_lib
 from tf_lso._src.optimizer import training_health
 from tf_lso._src.scaling import loss_scale as loss_scale_lib
@@ -256,7 +257,7 @@ class LossScaleOptimizer(
         variables: Sequence[tf.Variable] | None = None,
         *,
         scaled: bool = False,
-    ) -> training_health.GradientReport:
+    ) -> gradient_report_lib.GradientReport:
         """A `tf_lso.GradientReport`: how gradients sit in float16's range.
 
         Underflow is silent: a scaled gradient element below float16's
@@ -284,9 +285,9 @@ class LossScaleOptimizer(
                  if variables is not None
                  else [str(i) for i in range(len(grads))])
         scale = self._loss_scale()
-        statistics = training_health.gradient_statistics(
+        statistics = gradient_report_lib.gradient_statistics(
             packing.pack(grads), 1.0 if scaled else scale)
-        return training_health.host_report(scale, names, statistics)
+        return gradient_report_lib.host_report(scale, names, statistics)
 
     @property
     def initial_scale(self) -> float | None:
@@ -763,13 +764,13 @@ def _float_tensor(loss: Any) -> tf.Tensor:
 
 
 def gradient_reports(
-        optimizer: LossScaleOptimizer) -> training_health.GradientReportRecord:
+        optimizer: LossScaleOptimizer) -> gradient_report_lib.GradientReportRecord:
     """The step's `GradientReportRecord`: turned on and asked by the monitor."""
     return optimizer._step.report
 
 
 def last_gradient_report(
-        optimizer: LossScaleOptimizer) -> training_health.GradientReport | None:
+        optimizer: LossScaleOptimizer) -> gradient_report_lib.GradientReport | None:
     """The report stored by the last requested step, or None. Eager."""
     return optimizer._step.report.last(optimizer._overflow.variable_names)
 

@@ -127,14 +127,6 @@ class FixedLossScale(LossScale):
         super().__init__()
         self._loss_scale_value = float(loss_scale_value)
 
-    @classmethod
-    def _below_one_too(cls, value: Any, name: str) -> FixedLossScale:
-        """For `any_positive_fixed_scale`: also below 1, unlike `__init__`."""
-        number = validation.scale(value, name)
-        loss_scale = cls(1)
-        loss_scale._loss_scale_value = number
-        return loss_scale
-
     def __call__(self) -> tf.Tensor:
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
@@ -372,7 +364,9 @@ def any_positive_fixed_scale(value: Any, name: str) -> FixedLossScale:
     constructor refuses. A non-number is a TypeError and a bad number a
     ValueError. Both messages name the argument `name`.
     """
-    return FixedLossScale._below_one_too(value, name)
+    loss_scale = FixedLossScale(1)
+    loss_scale._loss_scale_value = validation.scale(value, name)
+    return loss_scale
 
 
 def _corrupt_scale_message(value: Any) -> str:
