@@ -199,7 +199,7 @@ class KerasInner(inner_optimizer.InnerOptimizer):
         # With gradient accumulation it also empties the accumulators. The
         # window that the non-finite gradient reached is dropped whole.
         if not self.accumulation_steps:
-            super().skip_step()
+            self.optimizer.iterations.assign_add(1)
             return
         compat.keras_step_counter(self.optimizer).assign_add(1)
         for accumulator in compat.keras_gradient_accumulators(
