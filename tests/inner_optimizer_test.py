@@ -1,6 +1,7 @@
 """Tests for tf_lso._src.inner.inner_optimizer and its kinds: what can be wrapped."""
 
 import abc
+import inspect
 import pathlib
 import re
 import sys
@@ -347,6 +348,22 @@ class TfKerasClassTest(tf.test.TestCase, parameterized.TestCase):
                 AttributeError,
                 f"^'{re.escape(name)}' object has no attribute 'nesterov'"):
             opt.nesterov  # noqa: B018 - the attribute read is the test.
+
+    @parameterized.product(legacy=[False, True], experimental=[False, True])
+    def test_it_resolves_every_name_as_the_class_called(self, legacy,
+                                                         experimental):
+        # tf_keras's classes sit before Keras 3's base classes in the method
+        # order; what they would hide is taken back. Only the class's own
+        # bookkeeping differs, and pickling (as the class called).
+        called = (tf_lso.experimental.LossScaleOptimizer if experimental
+                  else tf_lso.LossScaleOptimizer)
+        made = tf_keras_kinds.tf_keras_class(called, legacy=legacy)
+        differ = {name for name in dir(called)
+                  if inspect.getattr_static(made, name)
+                  is not inspect.getattr_static(called, name)}
+        self.assertEqual(
+            differ - {"__annotations__", "__dict__", "__weakref__"},
+            {"__reduce__"})
 
     @test_util.EAGER_AND_FUNCTION
     def test_compute_gradients_scales_the_loss_as_tf_keras_does(

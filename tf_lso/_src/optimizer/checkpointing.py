@@ -10,7 +10,8 @@ and Keras 3's `LossScaleOptimizer`'s layouts (table in docs/keras.md).
 out what TF 2.4 did not have: `skipped_steps` and the overflow record. Users
 who want `skipped_steps` add it as an entry of its own. SavedModels add
 `apply_step`, because a traced step captures those variables. Keras files
-have room for them (`LayoutCheckpointing.save_own_variables`). Gradient
+hold `skipped_steps` (`LayoutCheckpointing.save_own_variables`), not the
+overflow record. Gradient
 accumulation, which TF 2.4 lacked, adds `window_overflowed`: without it, a
 window restored mid-way after a non-finite call would be applied in part.
 

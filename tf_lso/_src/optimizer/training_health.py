@@ -288,10 +288,12 @@ def _joined(parts: Iterable[Any]) -> tf.Tensor:
 class LossScalingWarning(UserWarning):
     """Loss scaling used in a way that trains wrongly, or needlessly.
 
-    tf_lso's optimizers warn once per optimizer, where they can tell for
-    sure at no cost to the step: while a `tf.function` is traced (eagerly,
-    at the first step), and when an optimizer is built. The message names
-    the pattern and the fix:
+    tf_lso's optimizers warn at most once per optimizer, where they can
+    tell for sure at no cost to the step: while a `tf.function` is traced
+    (eagerly, at the first step), and when an optimizer is built. Python's
+    default filter shows a warning once per line of code, so two optimizers
+    stepped by one line show it once. The message names the pattern and the
+    fix:
 
     - `apply_gradients` after `get_scaled_loss`, with no
       `get_unscaled_gradients` (or read of `opt.loss_scale`) in between:
@@ -307,8 +309,9 @@ class LossScalingWarning(UserWarning):
     """
 
 
-SILENCE = ("Told once per optimizer; silence it with warnings."
-            "filterwarnings('ignore', category=tf_lso.LossScalingWarning).")
+SILENCE = ("tf_lso says this at most once per optimizer. Silence it with "
+           "warnings.filterwarnings('ignore', "
+           "category=tf_lso.LossScalingWarning).")
 
 def warn(message: str) -> None:
     """Issues a `LossScalingWarning` at the first caller outside tf_lso,

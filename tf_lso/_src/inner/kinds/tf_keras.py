@@ -173,7 +173,10 @@ def _put_keras_first(cls: type, keras_first: type,
     tf_keras's classes share TensorFlow's AutoTrackable with Keras 3's, so
     the method order puts them before the rest of Keras 3's chain (its
     `BaseOptimizer`). `keras_first` sits just before them and takes back
-    what that rest defines (`update_step`, `_clip_gradients`, ...).
+    what that rest defines: `update_step`, `_clip_gradients` and the like,
+    and for an OptimizerV2 `__getattribute__`, which would read
+    hyperparameters of its own. A test checks that every name resolves as
+    on the class called.
     """
     order = cls.__mro__
     start = end = order.index(keras_first) + 1
