@@ -309,7 +309,7 @@ class LossScalingWarning(UserWarning):
     """
 
 
-SILENCE = ("tf_lso says this at most once per optimizer. Silence it with "
+SILENCE = ("tf_lso says this at most once per optimizer; silence it with "
            "warnings.filterwarnings('ignore', "
            "category=tf_lso.LossScalingWarning).")
 
