@@ -86,8 +86,7 @@ class ApplyStep(tf.Module):
         # window was not finite (the window is then dropped at its end). It
         # is checkpointed, so that a window restored mid-way stays dropped.
         self.window_overflowed = None
-        accumulates = bool(inner.accumulation_steps)
-        if accumulates:
+        if inner.accumulation_steps:
             self.window_overflowed = replicas.state_variable(
                 False, tf.bool, "window_overflowed")
         # How steps 5 and 6 treat the loss scale, fixed for the step's life.

@@ -368,18 +368,23 @@ class LossScaleOptimizer(
             grads[i] = grad
         return grads
 
-    def _for_the_step(self, grads: list[packing.Gradient],
-                      scaled: bool) -> tuple[list[packing.Gradient], bool]:
-        """The gradients for the step, and whether it must unscale them.
-        Those `get_unscaled_gradients` handed out are not scaled; if only
-        some are, the others are unscaled here."""
+    def _run_step(self, grads: list[packing.Gradient],
+                  var_list: Sequence[tf.Variable], scaled: bool,
+                  **step_arguments: Any) -> Any:
+        """Runs the step on `grads`, still multiplied by the loss scale if
+        `scaled`, and ends the thread's last scaled loss. Those
+        `get_unscaled_gradients` handed out are not scaled; if only some
+        are, the others are unscaled here."""
         issued = [self._handed_out.issued(g) for g in grads]
-        present = [g is not None for g in grads]
-        if not scaled or not any(issued):
-            return grads, scaled
-        if issued == present:
-            return grads, False
-        return self._unscaled_unless_issued(grads), False
+        if scaled and any(issued):
+            present = [g is not None for g in grads]
+            if issued != present:
+                grads = self._unscaled_unless_issued(grads)
+            scaled = False
+        return self._step(
+            grads, var_list, scaled=scaled,
+            unpacked_from=None if scaled else self._handed_out.take(grads),
+            loss_nonfinite=self._seen_losses.take(), **step_arguments)
 
     def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
         """Keras 3's loss scaling: scales `loss` for the next apply.
@@ -430,14 +435,9 @@ class LossScaleOptimizer(
         if not scaled:
             self._seen_losses.warn_if_not_unscaled()
         grads_and_vars = tuple(grads_and_vars)
-        grads, scaled = self._for_the_step([g for g, _ in grads_and_vars],
-                                           scaled)
-        var_list = [v for _, v in grads_and_vars]
-        step_op = self._step(
-            grads, var_list, name=name,
-            aggregate=experimental_aggregate_gradients, scaled=scaled,
-            unpacked_from=None if scaled else self._handed_out.take(grads),
-            loss_nonfinite=self._seen_losses.take())
+        step_op = self._run_step(
+            [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars],
+            scaled, name=name, aggregate=experimental_aggregate_gradients)
         return self.iterations if step_op is None else step_op
 
     def apply(
@@ -474,11 +474,7 @@ class LossScaleOptimizer(
         if not scaled and not all(self._handed_out.issued(g)
                                   for g in grads if g is not None):
             self._seen_losses.warn_taken_as_unscaled()
-        grads, scaled = self._for_the_step(grads, scaled)
-        self._step(grads, trainable_variables, scaled=scaled,
-                   unpacked_from=None if scaled else self._handed_out.take(
-                       grads),
-                   loss_nonfinite=self._seen_losses.take())
+        self._run_step(grads, trainable_variables, scaled)
 
     def stateless_apply(
         self, optimizer_variables: Any, grads: Any, trainable_variables: Any
