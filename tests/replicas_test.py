@@ -738,6 +738,16 @@ class CountingLossScale(tf_lso.experimental.LossScale):
         return {}
 
 
+def _apply_three_steps(strategy, opt, var, use_tf_function):
+    """Three steps of `opt` on `var`, each replica's gradient 1.0."""
+    run = test_util.maybe_function(
+        lambda: strategy.run(
+            lambda: opt.apply_gradients([(tf.constant(1.0), var)])),
+        use_tf_function)
+    for _ in range(3):
+        run()
+
+
 class UserLossScaleTest(tf.test.TestCase, parameterized.TestCase):
     """TF 2.4 called a user's `LossScale.update` once per step, in a
     cross-replica context, with every replica's gradients."""
@@ -752,12 +762,7 @@ class UserLossScaleTest(tf.test.TestCase, parameterized.TestCase):
         with strategy.scope():
             opt = tf_lso.experimental.LossScaleOptimizer(
                 keras.optimizers.SGD(0.25), loss_scale)
-        run = test_util.maybe_function(
-            lambda: strategy.run(
-                lambda: opt.apply_gradients([(tf.constant(1.0), var)])),
-            use_tf_function)
-        for _ in range(3):
-            run()
+        _apply_three_steps(strategy, opt, var, use_tf_function)
         self.assertEqual(test_util.local_values(strategy, loss_scale.updates),
                          [3] * len(strategy.experimental_local_results(
                              loss_scale.updates)))
@@ -790,12 +795,7 @@ class PythonFalseSkipTest(tf.test.TestCase, parameterized.TestCase):
         with strategy.scope() if scope == "in" else contextlib.nullcontext():
             opt = tf_lso.experimental.LossScaleOptimizer(
                 keras.optimizers.SGD(0.25), NeverAppliesLossScale())
-        run = test_util.maybe_function(
-            lambda: strategy.run(
-                lambda: opt.apply_gradients([(tf.constant(1.0), var)])),
-            use_tf_function)
-        for _ in range(3):
-            run()
+        _apply_three_steps(strategy, opt, var, use_tf_function)
         self.assertEqual(int(opt.skipped_steps.numpy()), 3)
         self.assertEqual(opt.last_overflow.consecutive_skips, 3)
         self.assertEqual(int(opt.iterations.numpy()), 3)
