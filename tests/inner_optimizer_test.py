@@ -387,6 +387,38 @@ class TfKerasClassTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllEqual(self.evaluate(grads(ours, factor)), expected)
         self.assertAllEqual(expected, [np.inf])
 
+    @test_util.EAGER_AND_FUNCTION
+    def test_compute_gradients_then_apply_on_replicas_as_tf_keras_does(
+            self, use_tf_function):
+        # The step TF 2.x code writes with compute_gradients, on two
+        # replicas: the overflowing step is skipped and the scale halves.
+        strategy = test_util.mirrored_strategy()
+
+        def train(make):
+            with strategy.scope():
+                var = tf.Variable(1.0)
+                opt = make(tf_keras.optimizers.SGD(0.1))
+
+            def step(factor):
+                def replica_step():
+                    pairs = opt.compute_gradients(lambda: var * factor, [var])
+                    opt.apply_gradients(pairs)
+
+                strategy.run(replica_step)
+
+            step = test_util.maybe_function(step, use_tf_function)
+            for factor in (3.0, 2.0**126, 1.0):
+                step(tf.constant(factor))
+            return (test_util.local_values(strategy, var),
+                    float(opt.loss_scale))
+
+        ours = train(lambda inner: tf_lso.LossScaleOptimizer(
+            inner, initial_scale=8))
+        theirs = train(lambda inner: tf_keras.mixed_precision.
+                       LossScaleOptimizer(inner, initial_scale=8))
+        self.assertEqual(ours, theirs)
+        self.assertEqual(ours[1], 4.0)
+
     @parameterized.parameters(*inner_kinds.NAMES)
     def test_an_unregistered_subclass_reads_back_by_its_name(self, kind):
         class MyLossScaleOptimizer(tf_lso.LossScaleOptimizer):
